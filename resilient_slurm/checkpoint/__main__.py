@@ -1,0 +1,39 @@
+"""`python -m resilient_slurm.checkpoint verify PATH [PATH ...]`
+
+Prints one line per checkpoint. Exit status: 0 all valid, 1 some invalid, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from resilient_slurm.checkpoint.verify import verify
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m resilient_slurm.checkpoint")
+    sub = parser.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("verify", help="check a checkpoint directory: marker, manifest, sizes, headers, checksums")
+    v.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    v.add_argument("--no-checksums", action="store_true", help="skip reading every byte (structure and sizes only)")
+    args = parser.parse_args(argv)
+    status = 0
+    for path in args.paths:
+        verdict = verify(path, checksums=not args.no_checksums)
+        if verdict.ok and verdict.manifest is not None:
+            m = verdict.manifest
+            total = sum(e.nbytes for e in m.files.values())
+            print(f"ok: {path}: step {m.step}, {len(m.files)} files, {total / 1e6:.1f} MB")
+        else:
+            print(f"invalid: {path}: {verdict.reason}")
+            status = EXIT_INVALID
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Training state as named tensors and JSON, and back: no pickle anywhere.
+
+Optimizer state is keyed by parameter name (`<param fqn>.<state key>`), not by position, so it
+survives a change of world size or parameter order. RNG states are JSON (the torch generator's
+byte state as base64).
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass
+class Snapshot:
+    """Everything one rank contributes to a checkpoint."""
+
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, torch.Tensor]
+    rng: dict[str, Any]
+    json_files: dict[str, Any] = field(default_factory=dict)
+    """Files rank 0 writes (train_state.json, scheduler.json, optimizer.json), by name."""
+
+
+def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's tensors by HF name, each storage once (a tied lm_head is left out, as HF does)."""
+    out: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, t in model.state_dict(keep_vars=False).items():
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen:
+            continue
+        seen.add(ptr)
+        out[name] = t.detach()
+    return out
+
+
+def param_names(model: nn.Module) -> dict[nn.Parameter, str]:
+    return {p: name for name, p in model.named_parameters()}
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for key, value in optimizer.state.get(p, {}).items():
+                if not isinstance(value, torch.Tensor):
+                    raise TypeError(f"optimizer state {names[p]}.{key} is not a tensor; cannot save without pickle")
+                out[f"{names[p]}.{key}"] = value.detach()
+    return out
+
+
+def optimizer_meta(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> dict[str, Any]:
+    groups = []
+    for group in optimizer.param_groups:
+        hyper = {k: (list(v) if isinstance(v, tuple) else v) for k, v in group.items() if k != "params"}
+        groups.append({"params": [names[p] for p in group["params"]], **hyper})
+    return {"type": type(optimizer).__name__, "param_groups": groups}
+
+
+def restore_optimizer(
+    optimizer: torch.optim.Optimizer,
+    names: dict[nn.Parameter, str],
+    meta: dict[str, Any],
+    tensors: dict[str, torch.Tensor],
+) -> None:
+    """Install loaded state; the group layout must match the current model's."""
+    by_name = {name: p for p, name in names.items()}
+    if meta.get("type") != type(optimizer).__name__ or len(meta["param_groups"]) != len(optimizer.param_groups):
+        raise ValueError("optimizer.json does not match this optimizer (type or number of groups)")
+    for group, saved in zip(optimizer.param_groups, meta["param_groups"]):
+        if [names[p] for p in group["params"]] != saved["params"]:
+            raise ValueError("optimizer.json lists different parameters than this model has")
+        for key, value in saved.items():
+            if key != "params":
+                group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
+    optimizer.state.clear()
+    for full_name, tensor in tensors.items():
+        pname, key = full_name.rsplit(".", 1)
+        if pname not in by_name:
+            raise ValueError(f"optimizer state for unknown parameter {pname}")
+        optimizer.state[by_name[pname]][key] = tensor
+
+
+def capture_rng() -> dict[str, Any]:
+    version, state, gauss = random.getstate()
+    np_state = np.random.get_state(legacy=True)
+    out: dict[str, Any] = {
+        "python": {"version": version, "state": list(state), "gauss": gauss},
+        "numpy": {"key": np_state[0], "state": np_state[1].tolist(), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "torch": _b64(torch.get_rng_state()),
+    }
+    if torch.cuda.is_available():
+        out["cuda"] = [_b64(s) for s in torch.cuda.get_rng_state_all()]
+    return out
+
+
+def restore_rng(saved: dict[str, Any]) -> None:
+    py = saved["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+    n = saved["numpy"]
+    np.random.set_state((n["key"], np.array(n["state"], dtype=np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    torch.set_rng_state(_unb64(saved["torch"]))
+    if "cuda" in saved and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([_unb64(s) for s in saved["cuda"]])
+
+
+def _b64(t: torch.Tensor) -> str:
+    return base64.b64encode(t.numpy().tobytes()).decode()
+
+
+def _unb64(s: str) -> torch.Tensor:
+    return torch.frombuffer(bytearray(base64.b64decode(s)), dtype=torch.uint8)

@@ -1,0 +1,90 @@
+"""Filesystem operations on a checkpoints root: list, clean up, quarantine, prune.
+
+Nothing here deletes a committed checkpoint except `delete`, which retention calls for
+checkpoints it has decided are old; corrupt ones are moved aside, never deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.manifest import Manifest
+from resilient_slurm.checkpoint.safetensors_io import write_bytes
+
+
+def list_step_dirs(root: Path) -> list[tuple[int, Path]]:
+    """Directories named like a checkpoint, newest first (committed or not: verify decides)."""
+    if not root.is_dir():
+        return []
+    found = [(layout.parse_step_dir(p.name), p) for p in root.iterdir() if p.is_dir()]
+    return sorted(((s, p) for s, p in found if s is not None), reverse=True)
+
+
+def remove_partial_saves(root: Path) -> list[Path]:
+    """Remove `.tmp.*` directories left by saves that died; they were never visible as checkpoints."""
+    removed = []
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.name.startswith(layout.TMP_PREFIX):
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    return removed
+
+
+def quarantine(path: Path) -> Path:
+    """Move a checkpoint directory that failed verification out of the way, keeping it for forensics."""
+    dest_root = path.parent / layout.QUARANTINE_DIR
+    dest_root.mkdir(exist_ok=True)
+    dest = dest_root / f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}.{os.getpid()}"
+    os.rename(path, dest)
+    fsync_dir(path.parent)
+    return dest
+
+
+def delete(path: Path) -> None:
+    # Drop the marker first: a crash mid-delete then leaves a torn directory, never a
+    # checkpoint that looks valid with files missing.
+    marker = path / layout.MANIFEST
+    if marker.exists():
+        marker.unlink()
+        fsync_dir(path)
+    shutil.rmtree(path)
+
+
+def has_optimizer(path: Path) -> bool:
+    manifest = Manifest.from_json((path / layout.MANIFEST).read_bytes())
+    return any(layout.is_optimizer_file(f) for f in manifest.files)
+
+
+def strip_optimizer(path: Path) -> None:
+    """Drop optimizer state from a committed checkpoint: new manifest first (atomic), then files."""
+    manifest = Manifest.from_json((path / layout.MANIFEST).read_bytes())
+    dropped = [f for f in manifest.files if layout.is_optimizer_file(f)]
+    if not dropped:
+        return
+    kept = Manifest(manifest.step, manifest.world_size,
+                    {f: e for f, e in manifest.files.items() if f not in dropped}, manifest.created)
+    replace_file(path / layout.MANIFEST, kept.to_json())
+    for f in dropped:
+        (path / f).unlink(missing_ok=True)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Atomically replace a small file: write a sibling, fsync, rename over, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    write_bytes(str(tmp), data)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

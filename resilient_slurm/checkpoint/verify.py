@@ -1,0 +1,90 @@
+"""Is a checkpoint directory complete and intact? Cheap checks first, checksums last."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.manifest import Manifest, ManifestError, is_safe_relative
+from resilient_slurm.checkpoint.safetensors_io import FormatError, file_crc32, read_header
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str
+    manifest: Manifest | None = None
+
+
+def verify(path: Path, checksums: bool = True) -> Verdict:
+    """Check marker, manifest, sizes, safetensors headers and index entries, then (optionally) CRCs.
+
+    Resume passes `checksums=False` and checks CRCs while it reads (one pass over the data).
+    """
+    if not path.is_dir():
+        return Verdict(False, f"{path} is not a directory")
+    marker = path / layout.MANIFEST
+    if not marker.is_file():
+        return Verdict(False, f"no {layout.MANIFEST} commit marker: the save did not finish")
+    try:
+        manifest = Manifest.from_json(marker.read_bytes())
+    except ManifestError as e:
+        return Verdict(False, str(e))
+    for rel, entry in manifest.files.items():
+        f = path / rel
+        if not f.is_file():
+            return Verdict(False, f"missing file {rel}")
+        size = f.stat().st_size
+        if size != entry.nbytes:
+            return Verdict(False, f"truncated file {rel}: {size} of {entry.nbytes} bytes")
+    structure = _check_structure(path, manifest)
+    if structure:
+        return Verdict(False, structure)
+    if checksums:
+        for rel, entry in manifest.files.items():
+            if file_crc32(str(path / rel)) != entry.crc32:
+                return Verdict(False, f"checksum mismatch in {rel}")
+    return Verdict(True, "ok", manifest)
+
+
+def _check_structure(path: Path, manifest: Manifest) -> str | None:
+    files = manifest.files
+    if layout.TRAIN_STATE not in files:
+        return f"no {layout.TRAIN_STATE} in the manifest"
+    for prefix, required in ((layout.MODEL, True), (layout.OPTIMIZER, False)):
+        problem = _check_weights(path, files, prefix, required)
+        if problem:
+            return problem
+    for rel in files:
+        if rel.endswith(".safetensors"):
+            try:
+                read_header(str(path / rel))
+            except FormatError as e:
+                return f"bad safetensors header in {rel}: {e}"
+        elif rel.endswith(".json"):
+            try:
+                json.loads((path / rel).read_bytes())
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                return f"{rel} is not valid JSON"
+    return None
+
+
+def _check_weights(path: Path, files: dict, prefix: str, required: bool) -> str | None:
+    single, index = f"{prefix}.safetensors", layout.index_file(prefix)
+    if single in files:
+        return None
+    if index not in files:
+        return f"no {single} or {index}" if required else None
+    try:
+        weight_map = json.loads((path / index).read_bytes())["weight_map"]
+        targets = set(weight_map.values())
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return f"{index} has no valid weight_map"
+    for target in sorted(targets, key=str):
+        if not is_safe_relative(target):
+            return f"{index} entry {target!r} names a path outside the directory"
+        if target not in files:
+            return f"{index} names {target}, which is not in the manifest"
+    return None

@@ -1,0 +1,239 @@
+"""Typed configuration: the dataclasses Hydra fills, and their validation.
+
+`launch` converts Hydra's DictConfig to these objects once (`to_config`); nothing deeper sees a
+DictConfig. Validation returns every problem as one line naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A config value is wrong; the message is one line naming the key and the fix."""
+
+
+@dataclass
+class RunConfig:
+    root: str = "experiments"
+    """Experiments root: runs live in `<root>/<experiment>/<name>/`."""
+    experiment: str = "default"
+    """Experiment name (set by the `+experiment=` file)."""
+    name: str | None = None
+    """Run name; generated from the config when null. Launching an existing name resumes it."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "llama-tiny"
+    """Short model name, used in generated run names."""
+    vocab_size: int = 512
+    hidden_size: int = 256
+    intermediate_size: int = 688
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    """Grouped-query attention: key/value heads shared by num_heads // num_kv_heads query heads."""
+    max_seq_len: int = 256
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+    dtype: str = "float32"
+    """Parameter dtype: float32 or bfloat16."""
+    init_std: float = 0.02
+
+
+@dataclass
+class DataConfig:
+    task: str = "synthetic-sft"
+    """Dataset name, used in generated run names."""
+    seq_len: int = 128
+    global_batch_size: int = 8
+    """Samples per optimizer step over all ranks; kept constant when the world size changes."""
+    micro_batch_size: int = 4
+    """Samples per forward/backward on one rank; accumulation = global / (micro * ranks)."""
+    num_samples: int = 100_000
+    """Training samples per epoch (generated on demand from the seed, nothing is downloaded)."""
+    val_samples: int = 256
+    min_items: int = 4
+    max_items: int = 16
+    """Length range of the item list each synthetic task operates on."""
+    mix: dict[str, float] = field(
+        default_factory=lambda: {"copy": 0.25, "reverse": 0.25, "sort": 0.25, "increment": 0.25}
+    )
+    """Task mix: relative weights of the synthetic SFT tasks."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-4
+    min_lr_ratio: float = 0.1
+    """Cosine decay ends at lr * min_lr_ratio."""
+    warmup_steps: int = 20
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value (0 disables clipping)."""
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 300
+    seed: int = 1234
+    log_every_steps: int = 10
+    deterministic: bool = True
+    """torch.use_deterministic_algorithms: needed for bit-identical resume."""
+    threads: int = 0
+    """torch intra-op threads per rank; 0 = cores / local ranks."""
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = 0
+    """Save every N steps (0 = off)."""
+    exponential_first_step: int = 0
+    """Exponential policy: save at E, 2E, 4E, ... (0 = off)."""
+    every_minutes: float = 0.0
+    """Save when this many minutes passed since the last save (0 = off)."""
+    keep_last: int = 3
+    """Retention: keep the newest K checkpoints (at least 2: the newest may be mid-save)."""
+    keep_every_steps: int = 0
+    """Milestones: checkpoints at multiples of this step are never deleted (0 = none)."""
+    optimizer_on_last: int = 2
+    """Keep optimizer state only on the newest M checkpoints (0 = on all)."""
+    save_final: bool = True
+    max_shard_bytes: int = 1 << 30
+    """Split weights and optimizer state into files of at most this size (bytes)."""
+    io_threads: int = 4
+    """Threads writing and reading shard files in parallel on each rank."""
+
+
+@dataclass
+class ClusterConfig:
+    kind: str = "local"
+    """local: run on this machine without Slurm."""
+    ranks: int = 1
+    """Local data-parallel ranks (processes); 2 or more use torch.distributed."""
+    backend: str = "auto"
+    """torch.distributed backend: auto (nccl with GPUs, else gloo), gloo or nccl."""
+    collective_timeout_s: float = 300.0
+    """A collective that waits longer than this fails instead of hanging forever."""
+    kill_grace_s: float = 30.0
+    """Local launcher: after one rank exits abnormally, wait this long for the others."""
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+
+TASKS = ("copy", "reverse", "sort", "increment")
+DTYPES = ("float32", "bfloat16")
+
+
+def to_config(cfg: DictConfig | dict[str, Any]) -> Config:
+    """Resolve, type-check and validate a composed config; raise ConfigError with one line."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
+        typed = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "config"
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"{key}: {first}; fix the value or remove the key") from None
+    assert isinstance(typed, Config)
+    problems = validate(typed)
+    if problems:
+        raise ConfigError(problems[0])
+    return typed
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """Plain nested dict of a typed config (what config.yaml holds)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
+
+
+def validate(cfg: Config) -> list[str]:
+    """Every semantic problem, each one line: `key: what is wrong; fix`."""
+    p: list[str] = []
+    m, d, o, t, c, k = cfg.model, cfg.data, cfg.optim, cfg.train, cfg.checkpoint, cfg.cluster
+
+    def need(ok: bool, msg: str) -> None:
+        if not ok:
+            p.append(msg)
+
+    need(bool(cfg.run.root), "run.root: empty; set it to the experiments directory")
+    need(cfg.run.name is None or _safe_name(cfg.run.name),
+         f"run.name: {cfg.run.name!r} is not a plain name; use letters, digits, '.', '_', '-'")
+    need(_safe_name(cfg.run.experiment),
+         f"run.experiment: {cfg.run.experiment!r} is not a plain name; use letters, digits, '.', '_', '-'")
+    need(m.hidden_size % m.num_heads == 0,
+         f"model.hidden_size: {m.hidden_size} is not divisible by model.num_heads={m.num_heads}; change one")
+    need(m.num_heads % m.num_kv_heads == 0,
+         f"model.num_kv_heads: {m.num_kv_heads} does not divide model.num_heads={m.num_heads}; pick a divisor")
+    need((m.hidden_size // max(m.num_heads, 1)) % 2 == 0,
+         "model.hidden_size: head dim must be even for rotary embeddings; change hidden_size or num_heads")
+    need(m.dtype in DTYPES, f"model.dtype: {m.dtype!r} unknown; use one of {', '.join(DTYPES)}")
+    need(m.vocab_size >= 64, f"model.vocab_size: {m.vocab_size} too small; the synthetic task needs >= 64")
+    need(d.seq_len <= m.max_seq_len,
+         f"data.seq_len: {d.seq_len} exceeds model.max_seq_len={m.max_seq_len}; lower it or raise max_seq_len")
+    need(2 * d.max_items + 4 <= d.seq_len,
+         f"data.max_items: {d.max_items} does not fit data.seq_len={d.seq_len}; need 2*max_items+4 <= seq_len")
+    need(1 <= d.min_items <= d.max_items,
+         f"data.min_items: {d.min_items} must be between 1 and data.max_items={d.max_items}")
+    unknown = sorted(set(d.mix) - set(TASKS))
+    need(not unknown, f"data.mix: unknown task(s) {', '.join(unknown)}; use {', '.join(TASKS)}")
+    need(bool(d.mix) and all(w >= 0 for w in d.mix.values()) and sum(d.mix.values()) > 0,
+         "data.mix: weights must be >= 0 with a positive sum")
+    ranks = k.ranks if k.kind == "local" else 1
+    per_step = d.micro_batch_size * ranks
+    need(d.micro_batch_size >= 1, "data.micro_batch_size: must be >= 1")
+    need(d.global_batch_size % max(per_step, 1) == 0,
+         f"data.global_batch_size: {d.global_batch_size} is not a multiple of micro_batch_size*ranks="
+         f"{per_step}; change one of them")
+    need(d.num_samples >= d.global_batch_size, "data.num_samples: smaller than one global batch; raise it")
+    need(o.lr > 0, f"optim.lr: {o.lr} must be > 0")
+    need(0 <= o.min_lr_ratio <= 1, f"optim.min_lr_ratio: {o.min_lr_ratio} must be in [0, 1]")
+    need(0 <= o.warmup_steps < max(t.max_steps, 1) or t.max_steps == 0,
+         f"optim.warmup_steps: {o.warmup_steps} must be below train.max_steps={t.max_steps}")
+    need(o.grad_clip >= 0, "optim.grad_clip: must be >= 0 (0 disables clipping)")
+    need(t.max_steps >= 1, f"train.max_steps: {t.max_steps} must be >= 1")
+    need(t.log_every_steps >= 1, "train.log_every_steps: must be >= 1")
+    need(c.keep_last >= 2, f"checkpoint.keep_last: {c.keep_last}; keep at least 2 (the newest may be mid-save)")
+    need(c.every_steps >= 0 and c.exponential_first_step >= 0 and c.every_minutes >= 0,
+         "checkpoint: every_steps, exponential_first_step and every_minutes must be >= 0 (0 = off)")
+    need(c.optimizer_on_last >= 0, "checkpoint.optimizer_on_last: must be >= 0 (0 = on all)")
+    need(c.max_shard_bytes >= 1 << 20, "checkpoint.max_shard_bytes: must be at least 1 MiB")
+    need(c.io_threads >= 1, "checkpoint.io_threads: must be >= 1")
+    need(k.kind in ("local",), f"cluster.kind: {k.kind!r} unknown; use cluster=local")
+    need(k.ranks >= 1, f"cluster.ranks: {k.ranks} must be >= 1")
+    need(k.backend in ("auto", "gloo", "nccl"), f"cluster.backend: {k.backend!r}; use auto, gloo or nccl")
+    need(k.collective_timeout_s > 0, "cluster.collective_timeout_s: must be > 0")
+    return p
+
+
+def _safe_name(name: str) -> bool:
+    return bool(name) and name not in (".", "..") and all(ch.isalnum() or ch in "._-" for ch in name)
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """`{"optim.lr": 1e-4, ...}` from a typed config or nested dict (for diffs and names)."""
+    if is_dataclass(obj):
+        obj = {f.name: getattr(obj, f.name) for f in fields(obj)}
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out if out or not prefix else {prefix[:-1]: {}}
+    return {prefix[:-1]: obj}

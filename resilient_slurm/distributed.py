@@ -1,0 +1,108 @@
+"""torch.distributed for the training loop: process-group setup and the few collectives it needs.
+
+One rank (no process group) takes the same code path with trivial collectives, so the loop never
+branches on the world size.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+
+    @staticmethod
+    def from_env(env: dict[str, str] | None = None) -> RankInfo:
+        """torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)."""
+        e = os.environ if env is None else env
+        return RankInfo(
+            rank=int(e.get("RANK", "0")),
+            world_size=int(e.get("WORLD_SIZE", "1")),
+            local_rank=int(e.get("LOCAL_RANK", "0")),
+            master_addr=e.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(e.get("MASTER_PORT", "29500")),
+        )
+
+
+def pick_backend(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+class Comm:
+    """The collectives the loop and the checkpointer use, on one process group."""
+
+    def __init__(self, info: RankInfo, backend: str = "gloo", timeout_s: float = 300.0) -> None:
+        self.rank = info.rank
+        self.world_size = info.world_size
+        self.local_rank = info.local_rank
+        self.backend = pick_backend(backend)
+        self.device = torch.device("cpu")
+        if self.world_size == 1:
+            return
+        if self.backend == "nccl":
+            self.device = torch.device("cuda", info.local_rank)
+            torch.cuda.set_device(self.device)
+        # A store of our own per process group: a fresh rendezvous each time the job starts, so
+        # stale keys from an earlier attempt can never be picked up (seen with gloo restarts).
+        store = dist.TCPStore(
+            info.master_addr, info.master_port, info.world_size, is_master=info.rank == 0,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        dist.init_process_group(
+            self.backend, store=store, rank=info.rank, world_size=info.world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    def all_reduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum in place over ranks (the tensor must live on `self.device`)."""
+        if self.distributed:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def sum_floats(self, values: list[float]) -> list[float]:
+        if not self.distributed:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.tolist()
+
+    def max_floats(self, values: list[float]) -> list[float]:
+        """Element-wise max over ranks: how every rank agrees on a flag any one rank raised."""
+        if not self.distributed:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.tolist()
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        if not self.distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def close(self) -> None:
+        if self.distributed and dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,15 @@
+"""Process exit statuses and what the launcher or Slurm should do about each."""
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    DONE = 0
+    """Training finished; nothing to resume."""
+    FAILED = 1
+    """Crashed; a restart may help (counts against the restart budget)."""
+    CONFIG = 2
+    """Bad configuration or input; fix it and launch again."""
+    RESUME = 75
+    """Stopped on request after an emergency checkpoint: launch or requeue again to continue.
+    75 is EX_TEMPFAIL from sysexits.h: "temporary failure, try again"."""

@@ -1,0 +1,44 @@
+"""Run names: `{model}-{task}-{date}-{variant}`, the variant spelled from the overrides. Pure."""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+
+from resilient_slurm.config import Config
+
+# How an override's key is abbreviated in a variant (`optim.lr=1e-4` -> `lr1e-4`).
+_ABBREVIATIONS = {
+    "optim.lr": "lr",
+    "data.global_batch_size": "bs",
+    "data.micro_batch_size": "mbs",
+    "data.seq_len": "seq",
+    "train.seed": "seed",
+    "train.max_steps": "steps",
+    "optim.warmup_steps": "warmup",
+    "optim.weight_decay": "wd",
+    "model.num_layers": "layers",
+    "model.hidden_size": "d",
+    "cluster.ranks": "ranks",
+}
+# Overrides that pick where or how a run executes, not what it computes: never part of a name.
+_NOT_A_VARIANT = ("run.", "cluster.", "checkpoint.", "hydra.", "train.log_every_steps", "train.threads")
+
+
+def variant(overrides: list[str]) -> str:
+    parts = []
+    for item in overrides:
+        key, sep, value = item.lstrip("+~").partition("=")
+        if not sep or key.startswith(_NOT_A_VARIANT) or key == "experiment" or "/" in key:
+            continue
+        short = _ABBREVIATIONS.get(key, key.rsplit(".", 1)[-1].replace("_", ""))
+        parts.append(f"{short}{_clean(value)}")
+    return "-".join(parts) or "base"
+
+
+def run_name(cfg: Config, overrides: list[str], today: date) -> str:
+    return f"{_clean(cfg.model.name)}-{_clean(cfg.data.task)}-{today:%Y%m%d}-{variant(overrides)}"
+
+
+def _clean(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "", text.replace("/", "-"))

@@ -1,0 +1,32 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from resilient_slurm.checkpoint.save import save
+from resilient_slurm.checkpoint.state import Snapshot
+from resilient_slurm.distributed import Comm, RankInfo
+
+
+def snapshot(step: int = 1, seed: int = 0) -> Snapshot:
+    g = torch.Generator().manual_seed(seed)
+    model = {"model.embed_tokens.weight": torch.randn(64, 16, generator=g),
+             "model.norm.weight": torch.randn(16, generator=g).bfloat16(),
+             "lm_head.weight": torch.randn(64, 16, generator=g)}
+    optim = {f"{k}.exp_avg": torch.randn(v.shape, generator=g) for k, v in model.items()}
+    optim.update({f"{k}.step": torch.tensor(float(step)) for k in model})
+    return Snapshot(model=model, optimizer=optim, rng={"python": [1, 2, 3]},
+                    json_files={"train_state.json": {"step": step}, "scheduler.json": {"last_epoch": step},
+                                "optimizer.json": {"param_groups": []}})
+
+
+@pytest.fixture
+def single_comm() -> Comm:
+    return Comm(RankInfo(0, 1, 0, "127.0.0.1", 0))
+
+
+@pytest.fixture
+def make_checkpoint(tmp_path: Path, single_comm: Comm):
+    def make(step: int = 1, max_shard_bytes: int = 1 << 30, root: Path | None = None) -> Path:
+        return save(root or tmp_path / "ckpts", step, snapshot(step), single_comm, max_shard_bytes, io_threads=2).path
+    return make

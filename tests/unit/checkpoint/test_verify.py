@@ -1,0 +1,89 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from resilient_slurm.checkpoint.verify import verify
+
+
+def _flip_byte(path, offset_from_end=10):
+    data = bytearray(path.read_bytes())
+    data[-offset_from_end] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _set_manifest(ckpt, change):
+    m = json.loads((ckpt / "manifest.json").read_text())
+    change(m)
+    (ckpt / "manifest.json").write_text(json.dumps(m))
+
+
+def test_a_fresh_checkpoint_verifies(make_checkpoint):
+    verdict = verify(make_checkpoint())
+    assert verdict.ok, verdict.reason
+    assert verdict.manifest.step == 1
+
+
+def test_sharded_checkpoint_verifies(make_checkpoint):
+    ckpt = make_checkpoint(max_shard_bytes=1 << 20)
+    names = sorted(p.name for p in ckpt.iterdir())
+    assert "model.safetensors" in names  # the tiny model fits one file
+    ckpt2 = make_checkpoint(step=2, max_shard_bytes=1)  # every tensor its own shard
+    names2 = sorted(p.name for p in ckpt2.iterdir())
+    assert "model.safetensors.index.json" in names2 and "model-00001-of-00003.safetensors" in names2
+    assert verify(ckpt2).ok
+
+
+CASES = {
+    "no marker": (lambda c: (c / "manifest.json").unlink(), "no manifest.json commit marker"),
+    "truncated": (lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:-100]),
+                  "truncated file model.safetensors"),
+    "bit flip": (lambda c: _flip_byte(c / "optimizer.safetensors"), "checksum mismatch in optimizer.safetensors"),
+    "json bit flip": (lambda c: _flip_byte(c / "train_state.json", 3), "checksum mismatch in train_state.json"),
+    "bad header": (lambda c: (c / "model.safetensors").write_bytes(
+        b"\xff" * 8 + (c / "model.safetensors").read_bytes()[8:]), "bad safetensors header in model.safetensors"),
+    "unknown version": (lambda c: _set_manifest(c, lambda m: m.update(version=99)), "unknown format version 99"),
+    "missing file": (lambda c: (c / "scheduler.json").unlink(), "missing file scheduler.json"),
+    "manifest path escapes": (lambda c: _set_manifest(c, lambda m: m["files"].update({"../x": {"bytes": 1, "crc32": "0"}})),
+                              "names a path outside the directory"),
+    "not json": (lambda c: (c / "manifest.json").write_text("{"), "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_damaged_checkpoints_are_rejected_with_the_reason(make_checkpoint, case):
+    damage, reason = CASES[case]
+    ckpt = make_checkpoint()
+    damage(ckpt)
+    verdict = verify(ckpt)
+    assert not verdict.ok
+    assert reason in verdict.reason
+
+
+def test_index_entry_outside_the_directory(make_checkpoint):
+    ckpt = make_checkpoint(max_shard_bytes=1)
+    index = ckpt / "model.safetensors.index.json"
+    body = json.loads(index.read_text())
+    body["weight_map"]["lm_head.weight"] = "../../etc/passwd"
+    index.write_text(json.dumps(body))
+    # keep the manifest consistent so only the index entry is wrong
+    import zlib
+    _set_manifest(ckpt, lambda m: m["files"]["model.safetensors.index.json"].update(
+        bytes=index.stat().st_size, crc32=f"{zlib.crc32(index.read_bytes()):08x}"))
+    verdict = verify(ckpt)
+    assert not verdict.ok and "names a path outside the directory" in verdict.reason
+
+
+def test_cli_exit_codes_and_one_line(make_checkpoint, tmp_path):
+    good = make_checkpoint()
+    bad = make_checkpoint(step=2)
+    _flip_byte(bad / "model.safetensors")
+    run = lambda *paths: subprocess.run([sys.executable, "-m", "resilient_slurm.checkpoint", "verify", *map(str, paths)],
+                                        capture_output=True, text=True)
+    ok = run(good)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok: ") and ok.stdout.count("\n") == 1
+    fail = run(bad)
+    assert fail.returncode == 1
+    assert fail.stdout.strip() == f"invalid: {bad}: checksum mismatch in model.safetensors"
+    assert run().returncode == 2
