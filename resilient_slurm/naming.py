@@ -21,18 +21,23 @@ _ABBREVIATIONS = {
     "model.hidden_size": "d",
     "cluster.ranks": "ranks",
 }
-# Overrides that pick where or how a run executes, not what it computes: never part of a name.
-_NOT_A_VARIANT = ("run.", "cluster.", "checkpoint.", "hydra.", "train.log_every_steps", "train.threads")
+# Overrides of where or how a run executes, not what it computes: never part of a variant.
+_PLACEMENT = ("run.", "cluster.", "checkpoint.", "hydra.", "hydra/", "train.log_every_steps", "train.threads")
+# Group choices the name already spells (model, task) or that do not change what is computed.
+_NAMED_GROUPS = ("experiment", "model", "data", "cluster", "checkpoint")
 
 
 def variant(overrides: list[str]) -> str:
     parts = []
     for item in overrides:
         key, sep, value = item.lstrip("+~").partition("=")
-        if not sep or key.startswith(_NOT_A_VARIANT) or key == "experiment" or "/" in key:
+        if not sep or key.startswith(_PLACEMENT) or key in _NAMED_GROUPS:
             continue
-        short = _ABBREVIATIONS.get(key, key.rsplit(".", 1)[-1].replace("_", ""))
-        parts.append(f"{short}{_clean(value)}")
+        if "." not in key:  # another group's choice, e.g. `lora=r16`
+            parts.append(f"{_clean(key)}-{_clean(value)}")
+        else:
+            short = _ABBREVIATIONS.get(key, key.rsplit(".", 1)[-1].replace("_", ""))
+            parts.append(f"{short}{_clean(value)}")
     return "-".join(parts) or "base"
 
 

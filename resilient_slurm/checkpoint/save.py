@@ -11,6 +11,7 @@ A crash anywhere before the rename leaves only a `.tmp.` directory, which no rea
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -52,13 +53,16 @@ def save(root: Path, step: int, snap: Snapshot, comm: Comm, max_shard_bytes: int
         (tmp / layout.RNG_DIR).mkdir(parents=True)
     comm.barrier()
 
+    plans = _plans(snap, comm.world_size, max_shard_bytes)
     outcome: tuple[bool, object]
     try:
-        outcome = (True, _write_rank_files(tmp, snap, comm, max_shard_bytes, io_threads))
+        outcome = (True, _write_rank_files(tmp, snap, plans, comm, io_threads))
     except Exception as e:  # noqa: BLE001 - every rank must reach the all-gather, or the others hang
         outcome = (False, f"rank {comm.rank}: {e.__class__.__name__}: {e}")
-    results = comm.all_gather_object(outcome)
-    failures = [detail for ok, detail in results if not ok]
+    results = comm.all_gather_object((_digest(plans), outcome))
+    failures = [detail for _, (ok, detail) in results if not ok]
+    if len({plan for plan, _ in results}) > 1:
+        failures.append("ranks disagree on which rank writes which tensor (different state on different ranks)")
     if failures:
         if comm.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -66,7 +70,7 @@ def save(root: Path, step: int, snap: Snapshot, comm: Comm, max_shard_bytes: int
 
     replaced = None
     files: dict[str, FileEntry] = {}
-    for _, entries in results:
+    for _, (_, entries) in results:
         files.update(entries)  # type: ignore[arg-type]
     if comm.rank == 0:
         store.fsync_dir(tmp / layout.RNG_DIR)
@@ -82,17 +86,28 @@ def save(root: Path, step: int, snap: Snapshot, comm: Comm, max_shard_bytes: int
     return SaveResult(final, nbytes, time.perf_counter() - start, replaced)
 
 
-def _write_rank_files(tmp: Path, snap: Snapshot, comm: Comm, max_shard_bytes: int, io_threads: int) -> dict[str, FileEntry]:
-    jobs: list[tuple[str, object]] = []
+def _plans(snap: Snapshot, world_size: int, max_shard_bytes: int) -> dict[str, tuple[list[layout.ShardFile], dict[str, int]]]:
+    plans = {}
     for prefix, tensors in ((layout.MODEL, snap.model), (layout.OPTIMIZER, snap.optimizer)):
-        if not tensors:
-            continue
-        sizes = [(n, t.numel() * t.element_size()) for n, t in tensors.items()]
-        plan = layout.plan_shards(prefix, sizes, comm.world_size, max_shard_bytes)
+        if tensors:
+            sizes = {n: t.numel() * t.element_size() for n, t in tensors.items()}
+            plans[prefix] = (layout.plan_shards(prefix, list(sizes.items()), world_size, max_shard_bytes), sizes)
+    return plans
+
+
+def _digest(plans: dict[str, tuple[list[layout.ShardFile], dict[str, int]]]) -> str:
+    text = repr([(s.filename, s.rank, s.names) for shards, _ in plans.values() for s in shards])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _write_rank_files(tmp: Path, snap: Snapshot, plans: dict, comm: Comm, io_threads: int) -> dict[str, FileEntry]:
+    jobs: list[tuple[str, object]] = []
+    for prefix, (plan, sizes) in plans.items():
+        tensors = snap.model if prefix == layout.MODEL else snap.optimizer
         for shard in plan:
             if shard.rank == comm.rank:
                 jobs.append((shard.filename, [(n, _cpu_contiguous(tensors[n])) for n in shard.names]))
-        index = layout.index_for(plan, dict(sizes))
+        index = layout.index_for(plan, sizes)
         if index is not None and comm.rank == 0:
             jobs.append((layout.index_file(prefix), _json(index)))
     jobs.append((layout.rng_file(comm.rank), _json(snap.rng)))

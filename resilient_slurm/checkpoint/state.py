@@ -46,10 +46,12 @@ def param_names(model: nn.Module) -> dict[nn.Parameter, str]:
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> dict[str, torch.Tensor]:
+    """Named optimizer tensors in a canonical order (parameter order, then key): every rank must
+    derive the same shard plan from it, whatever order the state was created or loaded in."""
     out: dict[str, torch.Tensor] = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
-            for key, value in optimizer.state.get(p, {}).items():
+            for key, value in sorted(optimizer.state.get(p, {}).items()):
                 if not isinstance(value, torch.Tensor):
                     raise TypeError(f"optimizer state {names[p]}.{key} is not a tensor; cannot save without pickle")
                 out[f"{names[p]}.{key}"] = value.detach()

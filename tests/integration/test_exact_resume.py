@@ -1,0 +1,45 @@
+"""A run interrupted by SIGUSR1, SIGTERM and SIGKILL, resumed each time, ends bit-identical to one
+that was never interrupted. Real processes, real signals, real torch (gloo for 2 ranks)."""
+
+import signal
+
+import pytest
+
+from resilient_slurm.exit_codes import ExitCode
+from tests.integration.runs import (
+    assert_bit_identical, events, final_tensors, finish, interrupt, launch, run_dir,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_interrupted_three_ways_ends_bit_identical(tmp_path, ranks):
+    extra = [f"cluster.ranks={ranks}"]
+    code, out = finish(launch(tmp_path, "straight", *extra))
+    assert code == ExitCode.DONE, out
+
+    rdir = run_dir(tmp_path, "resumed")
+    code, out = interrupt(launch(tmp_path, "resumed", *extra), rdir, 40, signal.SIGUSR1)
+    assert code == ExitCode.RESUME, out
+    code, out = interrupt(launch(tmp_path, "resumed", *extra), rdir, 90, signal.SIGTERM)
+    assert code == ExitCode.RESUME, out
+    code, out = interrupt(launch(tmp_path, "resumed", *extra), rdir, 140, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    code, out = finish(launch(tmp_path, "resumed", *extra))
+    assert code == ExitCode.DONE, out
+
+    assert_bit_identical(final_tensors(run_dir(tmp_path, "straight")), final_tensors(rdir))
+
+    ev = events(rdir)
+    signals = [e for e in ev if e["event"] == "signal"]
+    assert [e["signal"] for e in signals] == ["SIGUSR1"] * ranks + ["SIGTERM"] * ranks  # each rank saw it
+    stops = [e for e in ev if e["event"] == "stop"]
+    emergency = [e for e in ev if e["event"] == "save" and e["reason"] == "emergency"]
+    assert [s["step"] for s in stops] == [e["step"] for e in emergency]
+    resumes = [e["step"] for e in ev if e["event"] == "resume"]
+    assert resumes[:2] == [s["step"] for s in stops]
+    # after the SIGKILL, the run resumed from the newest periodic checkpoint before the kill
+    killed_after = max(e["step"] for e in ev if e["event"] == "save" and e["step"] <= 140 + 25)
+    assert resumes[2] % 25 == 0 and resumes[2] >= 140 - 25 and resumes[2] <= killed_after
+    assert ev[-1]["event"] == "finish" and ev[-1]["step"] == 200

@@ -1,0 +1,69 @@
+"""No pickle: every file of a checkpoint is safetensors or JSON, and resuming never unpickles."""
+
+import json
+import pickle
+from pathlib import Path
+
+import torch
+
+from resilient_slurm.checkpoint.load import resume
+from resilient_slurm.config import ModelConfig, OptimConfig
+from resilient_slurm.distributed import Comm, RankInfo
+from resilient_slurm.optim import build_optimizer, build_scheduler
+from resilient_slurm.checkpoint.safetensors_io import read_header
+from resilient_slurm.checkpoint.save import save
+from resilient_slurm.checkpoint.state import (
+    Snapshot, capture_rng, model_tensors, optimizer_meta, optimizer_tensors, param_names,
+)
+from resilient_slurm.workload.model import build_model
+
+CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
+                  max_seq_len=16)
+
+
+def trained(seed):
+    model = build_model(CFG, seed)
+    opt = build_optimizer(model, OptimConfig())
+    sched = build_scheduler(opt, OptimConfig(), 10)
+    model(torch.randint(0, 64, (2, 8))).sum().backward()
+    opt.step()
+    sched.step()
+    return model, opt, sched
+
+
+def test_checkpoint_files_are_safetensors_or_json_and_resume_never_unpickles(tmp_path, monkeypatch):
+    comm = Comm(RankInfo(0, 1, 0, "127.0.0.1", 0))
+    model, opt, sched = trained(0)
+    names = param_names(model)
+    snap = Snapshot(model_tensors(model), optimizer_tensors(opt, names), capture_rng(),
+                    {"train_state.json": {"step": 1}, "scheduler.json": sched.state_dict(),
+                     "optimizer.json": optimizer_meta(opt, names)})
+    ckpt = save(tmp_path, 1, snap, comm, 1 << 30, 2).path
+    for f in ckpt.rglob("*"):
+        if f.is_file():
+            if f.suffix == ".json":
+                json.loads(f.read_text())
+            else:
+                assert f.suffix == ".safetensors", f
+                # A valid header whose tensors cover every byte after it leaves no room for anything else.
+                read_header(str(f))
+
+    def refuse(*_a, **_k):
+        raise AssertionError("resume tried to unpickle")
+
+    monkeypatch.setattr(torch, "load", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+    fresh = build_model(CFG, 99)
+    fresh_opt = build_optimizer(fresh, OptimConfig())
+    fresh_sched = build_scheduler(fresh_opt, OptimConfig(), 10)
+    outcome = resume(tmp_path, comm, fresh, fresh_opt, fresh_sched, io_threads=2)
+    assert outcome.restored is not None and not outcome.skipped
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, fresh.state_dict()[k])
+    for p_old, p_new in zip(model.parameters(), fresh.parameters()):
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(opt.state[p_old][key], fresh_opt.state[p_new][key])
+    assert fresh_sched.state_dict() == sched.state_dict()
+    # Every rank derives its shard plan from this order, so it must not depend on load order.
+    assert list(optimizer_tensors(fresh_opt, param_names(fresh))) == list(optimizer_tensors(opt, names))
