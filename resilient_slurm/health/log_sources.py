@@ -11,6 +11,7 @@ Blocking: /dev/kmsg is read non-blocking and the commands run with a timeout; a 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import stat
@@ -191,11 +192,8 @@ def read_dmesg(start: Cursor | None, sink: Sink, timeout_s: float = COMMAND_TIME
     stamp, kept = -1, []
     for line in out.splitlines():
         if line.startswith(b"["):
-            close = line.find(b"]")
-            try:
-                stamp = round(float(line[1:close]) * 1_000_000)
-            except ValueError:
-                pass
+            with contextlib.suppress(ValueError):
+                stamp = round(float(line[1 : line.find(b"]")]) * 1_000_000)
         if stamp > after:
             kept.append(line)
     if kept:

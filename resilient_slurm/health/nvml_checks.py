@@ -8,8 +8,9 @@ unless it expected GPUs, which `check_gpu_count` then reports.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from resilient_slurm.health.verdict import Finding
@@ -72,9 +73,10 @@ def probe_gpus(library: NvmlLibrary | None = None) -> tuple[GpuSnapshot | None, 
     saying why NVML is unavailable). `library` defaults to the real `pynvml`."""
     if library is None:
         try:
-            import pynvml as library  # nvidia-ml-py; lazy, see the module docstring
+            import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py; lazy, see the module docstring
         except ImportError:
             return None, "NVML checks skipped: nvidia-ml-py is not installed"
+        library = pynvml
     try:
         library.nvmlInit()
     except library.NVMLError as exc:
@@ -82,10 +84,8 @@ def probe_gpus(library: NvmlLibrary | None = None) -> tuple[GpuSnapshot | None, 
     try:
         return read_gpus(library), ""
     finally:
-        try:
+        with contextlib.suppress(library.NVMLError):
             library.nvmlShutdown()
-        except library.NVMLError:
-            pass
 
 
 def read_gpus(library: NvmlLibrary) -> GpuSnapshot:
@@ -119,7 +119,7 @@ def _read_gpu(lib: NvmlLibrary, index: int) -> GpuFacts:
         return GpuFacts(index, pci, error=str(exc) or type(exc).__name__)
 
 
-def _optional(lib: NvmlLibrary, query: Any) -> Any:
+def _optional(lib: NvmlLibrary, query: Callable[[], Any]) -> Any:
     try:
         return query()
     except lib.NVMLError as exc:
@@ -137,7 +137,7 @@ def _recovery_field(lib: NvmlLibrary, handle: Any) -> int | None:
 
 def _pci(bus_id: bytes | str) -> str:
     text = bus_id.decode("ascii", "replace") if isinstance(bus_id, bytes) else bus_id
-    domain, bus, rest = (text.split(":") + ["", ""])[:3]
+    domain, bus, rest = [*text.split(":"), "", ""][:3]
     return f"{domain[-4:]}:{bus}:{rest.split('.')[0]}".lower()
 
 

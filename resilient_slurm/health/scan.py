@@ -20,7 +20,6 @@ only for scans inside a job (see `verdict`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import threading
@@ -31,7 +30,7 @@ from resilient_slurm.health.kernel_log import KernelLogParser, XidEvent
 from resilient_slurm.health.log_sources import Cursor, LogReadError, ReadResult, read_log
 from resilient_slurm.health.node_state import NodeState
 from resilient_slurm.health.nvml_checks import DEFAULT_MAX_TEMP_C, check_gpus, probe_gpus
-from resilient_slurm.health.verdict import Finding, Verdict, check_xid_events, decide, remember
+from resilient_slurm.health.verdict import Finding, HistoryEntry, Verdict, check_xid_events, decide, remember
 from resilient_slurm.health.xid_catalog import CATALOG, Action, XidRow
 
 CONTEXTS = ("prolog", "epilog", "preflight", "manual")
@@ -74,7 +73,9 @@ class ScanReport:
     """None when the kernel log was skipped (preflight without permission)."""
 
 
-def choose_start(context: str, node_cursor: Cursor | None, run_cursor: Cursor | None, whole_file: bool) -> Cursor | None:
+def choose_start(
+    context: str, node_cursor: Cursor | None, run_cursor: Cursor | None, whole_file: bool
+) -> Cursor | None:
     """The cursor to judge the log from (None: the whole log); see the module docstring."""
     if whole_file:
         return None
@@ -89,50 +90,69 @@ def run_scan(request: ScanRequest, now: float, on_stage: Callable[[str], None] =
     log cannot be read (except in preflight) and OSError when the state directory is unusable."""
     req = request
     state = NodeState(req.state_dir, req.node) if req.state_dir is not None else None
-    run = (req.job_id, req.restart_count) if req.job_id is not None else None
-    whole_file = req.context == "manual" and req.kernel_log is not None
-    start = choose_start(
-        req.context,
-        state.node_cursor() if state is not None else None,
-        state.run_cursor(*run) if state is not None and run is not None else None,
-        whole_file,
-    )
     notes: list[str] = []
-    parser = KernelLogParser()
     on_stage(f"reading the kernel log ({req.kernel_log or req.source})")
-    read: ReadResult | None
+    events, read = _read_events(req, _start(req, state), notes)
+
+    gpu_findings: list[Finding] = []
+    if req.use_nvml:
+        on_stage("querying NVML")
+        snapshot, why = probe_gpus()
+        notes += [why] if why else []
+        gpu_findings = check_gpus(snapshot, req.expected_gpus, req.max_temp_c)
+
+    on_stage("judging and recording")
+    if state is None:
+        xid_findings = check_xid_events(events, req.catalog, (), req.job_id, now, req.repeat_window_s)
+    else:
+        with state.lock():
+            history = state.history() if req.job_id is not None else []
+            xid_findings = check_xid_events(events, req.catalog, history, req.job_id, now, req.repeat_window_s)
+            if req.context != "manual":
+                _record(state, req, read, events, history, now)
+    return ScanReport(decide(xid_findings + gpu_findings), tuple(notes), events, read)
+
+
+def _start(req: ScanRequest, state: NodeState | None) -> Cursor | None:
+    if state is None:
+        return None
+    run_cursor = state.run_cursor(req.job_id, req.restart_count) if req.job_id is not None else None
+    whole_file = req.context == "manual" and req.kernel_log is not None
+    return choose_start(req.context, state.node_cursor(), run_cursor, whole_file)
+
+
+def _read_events(
+    req: ScanRequest, start: Cursor | None, notes: list[str]
+) -> tuple[tuple[XidEvent, ...], ReadResult | None]:
+    parser = KernelLogParser()
     try:
         read = read_log(req.source, start, parser.feed, req.kernel_log)
     except LogReadError as exc:
         if req.context != "preflight":
             raise
-        read = None
         notes.append(f"kernel log skipped: {exc}")
-    if read is not None and read.lost:
+        return (), None
+    if read.lost:
         notes.append(f"{read.lost} kernel-log records were overwritten before they could be read")
+    return tuple(parser.events), read
 
-    findings: list[Finding] = []
-    if req.use_nvml:
-        on_stage("querying NVML")
-        snapshot, why = probe_gpus()
-        if why:
-            notes.append(why)
-        findings += check_gpus(snapshot, req.expected_gpus, req.max_temp_c)
 
-    on_stage("judging and recording")
-    with state.lock() if state is not None else contextlib.nullcontext():
-        history = state.history() if state is not None and req.job_id is not None else []
-        findings = check_xid_events(parser.events, req.catalog, history, req.job_id, now, req.repeat_window_s) + findings
-        if state is not None and req.context != "manual":
-            if read is not None:
-                state.save_node_cursor(read.cursor)
-                if req.context == "prolog" and run is not None:
-                    state.save_run_cursor(*run, read.cursor)
-            if req.context == "epilog" and run is not None:
-                state.drop_run_cursor(*run)
-            if req.job_id is not None:
-                state.save_history(remember(history, parser.events, req.catalog, req.job_id, now, req.repeat_window_s))
-    return ScanReport(decide(findings), tuple(notes), tuple(parser.events), read)
+def _record(
+    state: NodeState,
+    req: ScanRequest,
+    read: ReadResult | None,
+    events: tuple[XidEvent, ...],
+    history: list[HistoryEntry],
+    now: float,
+) -> None:
+    if read is not None:
+        state.save_node_cursor(read.cursor)
+        if req.context == "prolog" and req.job_id is not None:
+            state.save_run_cursor(req.job_id, req.restart_count, read.cursor)
+    if req.context == "epilog" and req.job_id is not None:
+        state.drop_run_cursor(req.job_id, req.restart_count)
+    if req.job_id is not None:
+        state.save_history(remember(history, events, req.catalog, req.job_id, now, req.repeat_window_s))
 
 
 def context_from_env(environ: Mapping[str, str]) -> str:

@@ -109,7 +109,11 @@ def check_xid_events(
         detail = f"{what} on {where} x{len(hits)}: {first.text[:80]}"
         if row.repeat_action is not None and job_id is not None:
             others = sorted(
-                {h.job for h in history if h.xid == xid and h.gpu == gpu and h.job != job_id and now - h.time_s <= window_s}
+                {
+                    h.job
+                    for h in history
+                    if h.xid == xid and h.gpu == gpu and h.job != job_id and now - h.time_s <= window_s
+                }
             )
             if others:
                 action = max(action, row.repeat_action)

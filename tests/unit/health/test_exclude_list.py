@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from resilient_slurm.health import exclude_list
-from resilient_slurm.health.exclude_list import ExcludeEntry, ExcludeListError, active, add, clear, exclude_value, load
+from resilient_slurm.health.exclude_list import (
+    ExcludeEntry,
+    ExcludeListError,
+    active,
+    add,
+    clear,
+    exclude_value,
+    load,
+)
 
 NOW = 1_800_000_000.0
 

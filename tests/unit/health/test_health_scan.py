@@ -197,7 +197,12 @@ def test_a_hung_preflight_is_a_failure_never_a_pass(tmp_path: Path) -> None:
 
 
 def test_slurm_environment() -> None:
-    prolog = {"SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURMD_NODENAME": "n2", "SLURM_JOB_ID": "5", "SLURM_JOB_RESTART_COUNT": "3"}
+    prolog = {
+        "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+        "SLURMD_NODENAME": "n2",
+        "SLURM_JOB_ID": "5",
+        "SLURM_JOB_RESTART_COUNT": "3",
+    }
     assert (context_from_env(prolog), node_from_env(prolog), restart_count_from_env(prolog)) == ("prolog", "n2", 3)
     assert context_from_env({"SLURM_SCRIPT_CONTEXT": "epilog_slurmd"}) == "epilog"
     assert context_from_env({"SLURM_JOB_ID": "5"}) == "preflight"

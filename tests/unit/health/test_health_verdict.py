@@ -38,13 +38,28 @@ def test_each_catalog_code_gets_its_action(code: int) -> None:
 @pytest.mark.parametrize(
     ("line", "action"),
     [
-        ("NVRM: Xid (PCI:0000:01:00): 94, pid=1, Contained: CE User Channel (0x9). RST: Yes, D-RST: No", Action.RESET_GPU),
-        ("NVRM: Xid (PCI:0000:01:00): 94, pid=1, Contained: CE User Channel (0x9). RST: No, D-RST: Yes", Action.RESET_GPU),
-        ("NVRM: Xid (PCI:0000:01:00): 94, pid=1, Contained: CE User Channel (0x9). RST: No, D-RST: No", Action.RESTART_APP),
+        (
+            "NVRM: Xid (PCI:0000:01:00): 94, pid=1, Contained: CE User Channel (0x9). RST: Yes, D-RST: No",
+            Action.RESET_GPU,
+        ),
+        (
+            "NVRM: Xid (PCI:0000:01:00): 94, pid=1, Contained: CE User Channel (0x9). RST: No, D-RST: Yes",
+            Action.RESET_GPU,
+        ),
+        (
+            "NVRM: Xid (PCI:0000:01:00): 94, pid=1, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+            Action.RESTART_APP,
+        ),
         ("NVRM: Xid (PCI:0000:01:00): 95, pid=1, Uncontained: LTC TAG (0x2, 0x1). RST: Yes, D-RST: No", Action.EXCLUDE),
         ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x0 (None)", Action.KEEP),
-        ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)", Action.RESET_GPU),
-        ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)", Action.DRAIN),
+        (
+            "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)",
+            Action.RESET_GPU,
+        ),
+        (
+            "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)",
+            Action.DRAIN,
+        ),
         ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x9 (Future)", Action.DRAIN),
         ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action text this parser cannot read", Action.KEEP),
         ("NVRM: Xid (PCI:0018:01:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x1)", Action.KEEP),
@@ -131,6 +146,6 @@ def test_event_action_only_raises_where_the_row_does_not_defer_to_detail() -> No
 def test_gpu_findings_join_xid_findings_in_one_verdict() -> None:
     gpu = Finding("check_gpu_row_remap", Action.RESET_GPU, "GPU 0 (0000:3b:00) has a row remap pending")
     xid = check_xid_events([parse_line(CODE_LINES[63][0])], CATALOG, [], "1", NOW, WEEK_S)  # type: ignore[list-item]
-    verdict = decide(xid + [gpu])
+    verdict = decide([*xid, gpu])
     assert verdict.action is Action.RESET_GPU and verdict.reason.startswith("check_gpu_row_remap:")
     assert verdict.xid is None

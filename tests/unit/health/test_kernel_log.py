@@ -5,10 +5,17 @@ import random
 import pytest
 from xid_corpus import CODE_LINES, PREFIXES, REAL_LINES, THREE_LINE_FALLEN_OFF
 
-from resilient_slurm.health.kernel_log import MAX_LINE_BYTES, KernelLogParser, parse_line, parse_text
+from resilient_slurm.health.kernel_log import (
+    MAX_LINE_BYTES,
+    KernelLogParser,
+    parse_line,
+    parse_text,
+)
 
 
-@pytest.mark.parametrize(("line", "xid", "pci", "fields"), REAL_LINES, ids=[f"{x}-{i}" for i, (_, x, _, _) in enumerate(REAL_LINES)])
+@pytest.mark.parametrize(
+    ("line", "xid", "pci", "fields"), REAL_LINES, ids=[f"{x}-{i}" for i, (_, x, _, _) in enumerate(REAL_LINES)]
+)
 def test_real_lines_decode(line: str, xid: int, pci: str, fields: dict[str, object]) -> None:
     event = parse_line(line)
     assert event is not None

@@ -89,7 +89,7 @@ def test_a_line_longer_than_a_chunk_is_dropped_and_the_cursor_stays_right(tmp_pa
 
 
 def test_a_missing_file_is_a_read_error(tmp_path: Path) -> None:
-    with pytest.raises(LogReadError, match="cannot open kernel log .*missing.log: No such file"):
+    with pytest.raises(LogReadError, match=r"cannot open kernel log .*missing\.log: No such file"):
         read_file(str(tmp_path / "missing.log"), None, Collect())
 
 
@@ -162,7 +162,9 @@ def test_journal_output_and_cursor(tmp_path: Path, monkeypatch) -> None:
     fake.chmod(0o755)
     monkeypatch.setattr(log_sources, "SAFE_PATH", str(tmp_path))
     first = read_journal(None, seen := Collect())
-    assert seen.lines == [b"[  176830.774761] gpu-node-07 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."]
+    assert seen.lines == [
+        b"[  176830.774761] gpu-node-07 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."
+    ]
     assert first.cursor == Cursor("journal", boot_id(), "s=4bd6;i=2a1;b=f467;m=2a2f;t=5f1;x=9c1")
     read_journal(first.cursor, Collect())
     calls = (tmp_path / "argv").read_text().splitlines()
@@ -175,7 +177,7 @@ def test_a_hanging_command_is_bounded(tmp_path: Path, monkeypatch) -> None:
     fake.write_text("#!/bin/sh\nexec /bin/sleep 30\n")
     fake.chmod(0o755)
     monkeypatch.setattr(log_sources, "SAFE_PATH", str(tmp_path))
-    with pytest.raises(LogReadError, match="dmesg did not finish within 0.5 s"):
+    with pytest.raises(LogReadError, match=r"dmesg did not finish within 0\.5 s"):
         read_dmesg(None, Collect(), timeout_s=0.5)
 
 

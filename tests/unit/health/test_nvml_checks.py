@@ -153,7 +153,12 @@ def test_queries_the_gpu_does_not_support_are_skipped() -> None:
     unsupported = pynvml.NVMLError(NOT_SUPPORTED)
     gpu = FakeGpu(ecc_uncorrected=unsupported, retired_pending=unsupported, remapped_rows=unsupported, recovery=None)
     facts = read_gpus(FakeNvml([gpu])).gpus[0]
-    assert (facts.ecc_uncorrected_volatile, facts.retired_pages_pending, facts.remap_pending, facts.recovery_action) == (
+    assert (
+        facts.ecc_uncorrected_volatile,
+        facts.retired_pages_pending,
+        facts.remap_pending,
+        facts.recovery_action,
+    ) == (
         None,
         None,
         None,

@@ -66,7 +66,10 @@ def test_by_hand_a_fatal_xid_fails_with_one_line(tmp_path: Path) -> None:
 def test_unreadable_log_and_bad_config_have_their_own_exit_codes(tmp_path: Path) -> None:
     missing = xid_scan("--kernel-log", str(tmp_path / "none.log"), "--node", "n1", "--no-nvml")
     assert missing.returncode == 3
-    assert missing.stdout == f"xid_scan n1: scan failed: cannot open kernel log {tmp_path}/none.log: No such file or directory\n"
+    assert (
+        missing.stdout
+        == f"xid_scan n1: scan failed: cannot open kernel log {tmp_path}/none.log: No such file or directory\n"
+    )
     bad = tmp_path / "over.json"
     bad.write_text('{"63": "reboot"}')
     usage = xid_scan("--kernel-log", str(tmp_path / "none.log"), "--catalog-overrides", str(bad), "--node", "n1")
@@ -74,7 +77,9 @@ def test_unreadable_log_and_bad_config_have_their_own_exit_codes(tmp_path: Path)
     assert xid_scan("--bogus").returncode == 2
 
 
-@pytest.mark.parametrize(("name", "text"), [("over.json", '{"63": "reset-gpu"}'), ("over.ini", "[xid]\n63 = reset-gpu\n")])
+@pytest.mark.parametrize(
+    ("name", "text"), [("over.json", '{"63": "reset-gpu"}'), ("over.ini", "[xid]\n63 = reset-gpu\n")]
+)
 def test_site_overrides_of_the_catalog(tmp_path: Path, name: str, text: str) -> None:
     log = write(tmp_path / "k.log", XID63)
     (tmp_path / name).write_text(text)
@@ -91,7 +96,11 @@ def test_prolog_then_epilog_in_a_bare_environment(tmp_path: Path) -> None:
 
     def run(context: str, job: str = "42", restart: int = 0) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(TOOL), *flags], capture_output=True, text=True, timeout=30, env=slurm_env(context, job=job, restart=restart)
+            [str(TOOL), *flags],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=slurm_env(context, job=job, restart=restart),
         )
 
     first = run("prolog")
@@ -116,7 +125,9 @@ def test_drain_runs_scontrol_with_the_reason(tmp_path: Path) -> None:
     fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/argv\n')
     fake.chmod(0o755)
     log = write(tmp_path / "k.log", XID79)
-    done = xid_scan("--kernel-log", str(log), "--drain", "--scontrol", str(fake), "--no-nvml", env=slurm_env("epilog", "n7"))
+    done = xid_scan(
+        "--kernel-log", str(log), "--drain", "--scontrol", str(fake), "--no-nvml", env=slurm_env("epilog", "n7")
+    )
     assert done.returncode == 1
     argv = (tmp_path / "argv").read_text().splitlines()
     assert argv[:3] == ["update", "nodename=n7", "state=drain"]
@@ -125,7 +136,9 @@ def test_drain_runs_scontrol_with_the_reason(tmp_path: Path) -> None:
 
 def test_a_failed_drain_is_a_note_and_the_exit_code_still_takes_the_node_out(tmp_path: Path) -> None:
     log = write(tmp_path / "k.log", XID79)
-    done = xid_scan("--kernel-log", str(log), "--drain", "--scontrol", str(tmp_path / "none"), "--no-nvml", "--node", "n1")
+    done = xid_scan(
+        "--kernel-log", str(log), "--drain", "--scontrol", str(tmp_path / "none"), "--no-nvml", "--node", "n1"
+    )
     assert done.returncode == 1
     assert f"drain failed: cannot run {tmp_path}/none" in done.stderr
 
@@ -143,13 +156,17 @@ def test_a_hung_read_fails_within_the_watchdog_bound(tmp_path: Path, writer_open
         if writer is not None:
             os.close(writer)
     assert done.returncode == 3
-    assert done.stdout == f"xid_scan n1: scan failed: watchdog expired after 1 s while reading the kernel log ({fifo})\n"
+    assert (
+        done.stdout == f"xid_scan n1: scan failed: watchdog expired after 1 s while reading the kernel log ({fifo})\n"
+    )
     assert elapsed < 5
 
 
 def test_exclude_subcommands(tmp_path: Path) -> None:
     excl = str(tmp_path / "exclude.json")
-    add = xid_scan("exclude", "add", "n3", "--file", excl, "--reason", "Xid 79", "--xid", "79", "--job-id", "42", "--ttl-h", "1")
+    add = xid_scan(
+        "exclude", "add", "n3", "--file", excl, "--reason", "Xid 79", "--xid", "79", "--job-id", "42", "--ttl-h", "1"
+    )
     assert add.returncode == 0 and add.stdout.startswith("excluded n3 until ")
     assert xid_scan("exclude", "add", "n1", "--file", excl, "--reason", "manual").returncode == 0
     listed = xid_scan("exclude", "list", "--file", excl).stdout.splitlines()
@@ -177,6 +194,6 @@ def test_health_imports_only_the_standard_library() -> None:
     assert done.stdout.strip() == ""
 
 
-@pytest.mark.parametrize("path", sorted(HEALTH.glob("*.py")) + [TOOL], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*sorted(HEALTH.glob("*.py")), TOOL], ids=lambda p: p.name)
 def test_valid_python_3_10(path: Path) -> None:
     ast.parse(path.read_text(), filename=str(path), feature_version=(3, 10))

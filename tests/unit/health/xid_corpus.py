@@ -87,7 +87,12 @@ REAL_LINES: list[tuple[str, int, str, dict[str, object]]] = [
         "0000:03:00",
         {"pid": None},
     ),
-    ("NVRM: Xid (0000:af:00): 48, pid='<unknown>', name=<unknown>, Ch 00000008", 48, "0000:af:00", {"pid": "<unknown>"}),
+    (
+        "NVRM: Xid (0000:af:00): 48, pid='<unknown>', name=<unknown>, Ch 00000008",
+        48,
+        "0000:af:00",
+        {"pid": "<unknown>"},
+    ),
     # MIG compute instance (driver format string with both GPU-I and GPU-CI).
     (
         "NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 13, pid=4242, name=python3, Graphics Exception: ESR 0x405840=0x0",
