@@ -4,9 +4,13 @@
     xid_scan exclude {list,add,clear,render} --file FILE ...
 
 Slurm runs a Prolog or Epilog with no arguments and no PATH, so a site points `Prolog=`/`Epilog=`
-at a two-line wrapper that execs this with its flags. Context, node, job and restart count come
-from Slurm's environment (SLURM_SCRIPT_CONTEXT, SLURMD_NODENAME, SLURM_JOB_ID,
-SLURM_JOB_RESTART_COUNT); flags override them.
+at a two-line wrapper that execs this with its flags, e.g.
+
+    #!/bin/sh
+    exec /opt/resilient_slurm/tools/xid_scan --exclude-file /shared/exclude.json --drain
+
+Context, node, job and restart count come from Slurm's environment (SLURM_SCRIPT_CONTEXT,
+SLURMD_NODENAME, SLURM_JOB_ID, SLURM_JOB_RESTART_COUNT); flags override them.
 
 stdout gets exactly one line, the verdict; notes (NVML missing, lost records, a failed drain)
 go to stderr. Exit codes: 0 the node stays; 1 the node must go out; 2 usage or configuration

@@ -28,9 +28,10 @@ _RST = re.compile(r"(?<![-\w])RST: (Yes|No)")
 _D_RST = re.compile(r"D-RST: (Yes|No)")
 _RECOVERY = re.compile(r"recovery action changed from (?:0x[0-9a-fA-F]+|\d+).*? to (0x[0-9a-fA-F]+|\d+)")
 _SEVERITY = re.compile(r"\b(Fatal|Nonfatal)\b")
-_NEEDLES = (b"NVRM", b"off the bus")
+_NEEDLES = (b"Xid", b"off the bus", b"The NVIDIA GPU")
 _CONTEXT_LINES = 3
-"""How many candidate lines after "The NVIDIA GPU <bus id>" its "fallen off the bus" may come."""
+"""How many lines after "The NVIDIA GPU <bus id>" its "fallen off the bus" may come (two in the
+driver's message, one more for a line another CPU logged in between)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,29 +126,38 @@ def _cut(text: str) -> str:
 class KernelLogParser:
     """Collects the events in chunks of kernel-log lines fed in order.
 
-    Only lines containing "NVRM" or "off the bus" are decoded, which keeps a scan of a large log
-    near memory speed. Each chunk must hold whole lines; a final line without its newline is
-    parsed as it stands.
+    Only lines containing "Xid", "off the bus" or "The NVIDIA GPU" are decoded, which keeps a
+    scan of a large log near memory speed. Each chunk must hold whole lines; a final line
+    without its newline is parsed as it stands.
     """
 
     def __init__(self) -> None:
         self.events: list[XidEvent] = []
         self._context_pci = ""
-        self._context_age = _CONTEXT_LINES
+        self._context_age = 0  # lines since the "The NVIDIA GPU <bus id>" line
 
     def feed(self, chunk: bytes) -> None:
+        pos = 0
         for start, end in _candidate_spans(chunk):
+            self._age(chunk, pos, start)
+            pos = start
             if end - start > MAX_LINE_BYTES:
                 continue
             text = chunk[start:end].decode("utf-8", "replace")
-            self._context_age += 1
-            event = parse_line(text, self._context_pci if self._context_age <= _CONTEXT_LINES else "")
+            event = parse_line(text, self._context_pci)
             if event is not None:
                 self.events.append(event)
                 continue
             gpu = _THE_GPU.search(text)
             if gpu is not None:
                 self._context_pci, self._context_age = normalize_pci(*gpu.groups()), 0
+        self._age(chunk, pos, len(chunk))
+
+    def _age(self, chunk: bytes, start: int, end: int) -> None:
+        if self._context_pci:
+            self._context_age += chunk.count(b"\n", start, end)
+            if self._context_age > _CONTEXT_LINES:
+                self._context_pci = ""
 
 
 def _candidate_spans(chunk: bytes) -> list[tuple[int, int]]:

@@ -42,6 +42,14 @@ def test_three_line_fallen_off_the_bus_takes_the_bus_id_from_above() -> None:
     assert (event.xid, event.pci, event.bus_only) == (79, "0000:b3:00", True)
 
 
+def test_three_line_message_split_across_chunks() -> None:
+    parser = KernelLogParser()
+    first, rest = THREE_LINE_FALLEN_OFF.split("\n", 1)
+    parser.feed((first + "\n").encode())
+    parser.feed(rest.encode())
+    assert [(e.xid, e.pci) for e in parser.events] == [(79, "0000:b3:00")]
+
+
 def test_bus_id_context_does_not_reach_far() -> None:
     lines = ["NVRM: The NVIDIA GPU 0000:b3:00.0"] + [f"NVRM: unrelated {i}" for i in range(5)]
     lines.append("NVRM: fallen off the bus and is not responding to commands.")
