@@ -63,42 +63,51 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return _usage(node, f"--timeout-s must be positive, got {args.timeout_s:g}")
     watchdog = _Watchdog(args.timeout_s, node)
     try:
-        try:
-            catalog = _catalog(args.catalog_overrides)
-            state_dir = args.state_dir or env.get("XID_SCAN_STATE_DIR") or None
-            if state_dir is None and context in ("prolog", "epilog"):
-                state_dir = DEFAULT_STATE_DIR
-            request = ScanRequest(
-                context,
-                node,
-                job_id=args.job_id or env.get("SLURM_JOB_ID") or None,
-                restart_count=restart_count_from_env(env) if args.restart_count is None else args.restart_count,
-                kernel_log=args.kernel_log,
-                source=args.source,
-                state_dir=state_dir,
-                catalog=catalog,
-                expected_gpus=args.expect_gpus,
-                max_temp_c=args.max_temp_c,
-                use_nvml=not args.no_nvml,
-                repeat_window_s=args.repeat_window_h * 3600.0,
-            )
-        except ValueError as exc:
-            return _usage(node, str(exc))
-        try:
-            report = run_scan(request, time.time(), watchdog.set_stage)
-        except (LogReadError, OSError, TimeoutError) as exc:
-            print(f"xid_scan {node}: scan failed: {exc}", flush=True)
-            return EXIT_SCAN_FAILED
-        for note in report.notes:
-            print(f"xid_scan {node}: {note}", file=sys.stderr)
-        verdict = report.verdict
-        if not verdict.ok:
-            watchdog.set_stage("taking the node out")
-            _take_out(verdict, request, args)
-        print(verdict_line(node, verdict), flush=True)
-        return EXIT_OK if verdict.ok else EXIT_NODE_OUT
+        return _scan(args, env, context, node, watchdog)
     finally:
         watchdog.cancel()
+
+
+def _scan(args: argparse.Namespace, env: Mapping[str, str], context: str, node: str, watchdog: _Watchdog) -> int:
+    try:
+        request = _request(args, env, context, node)
+        report = run_scan(request, time.time(), watchdog.set_stage)
+    except ValueError as exc:  # a bad flag, override file, node name or job id
+        return _usage(node, str(exc))
+    except (LogReadError, OSError, TimeoutError) as exc:
+        print(f"xid_scan {node}: scan failed: {exc}", flush=True)
+        return EXIT_SCAN_FAILED
+    except Exception as exc:  # a crash must read as "scan failed", not as exit 1 "node out"
+        print(f"xid_scan {node}: scan failed: {type(exc).__name__}: {exc}", flush=True)
+        return EXIT_SCAN_FAILED
+    for note in report.notes:
+        print(f"xid_scan {node}: {note}", file=sys.stderr)
+    verdict = report.verdict
+    if not verdict.ok:
+        watchdog.set_stage("taking the node out")
+        _take_out(verdict, request, args)
+    print(verdict_line(node, verdict), flush=True)
+    return EXIT_OK if verdict.ok else EXIT_NODE_OUT
+
+
+def _request(args: argparse.Namespace, env: Mapping[str, str], context: str, node: str) -> ScanRequest:
+    state_dir = args.state_dir or env.get("XID_SCAN_STATE_DIR") or None
+    if state_dir is None and context in ("prolog", "epilog"):
+        state_dir = DEFAULT_STATE_DIR
+    return ScanRequest(
+        context,
+        node,
+        job_id=args.job_id or env.get("SLURM_JOB_ID") or None,
+        restart_count=restart_count_from_env(env) if args.restart_count is None else args.restart_count,
+        kernel_log=args.kernel_log,
+        source=args.source,
+        state_dir=state_dir,
+        catalog=_catalog(args.catalog_overrides),
+        expected_gpus=args.expect_gpus,
+        max_temp_c=args.max_temp_c,
+        use_nvml=not args.no_nvml,
+        repeat_window_s=args.repeat_window_h * 3600.0,
+    )
 
 
 def verdict_line(node: str, verdict: Verdict) -> str:

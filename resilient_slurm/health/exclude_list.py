@@ -1,9 +1,9 @@
 """The run's exclude list: nodes a job must not run on, kept in one JSON file on shared storage.
 
 Written by the Epilog (`tools/xid_scan --exclude-file F`) and by a job whose preflight refused
-its node (`add`); read by the launcher, which passes `exclude_value(...)` as `sbatch --exclude` at submission, and by the
-requeue path, which sets it as `ExcNodeList` while the job is pending (Slurm 22.05 accepts that
-after `scontrol requeue`, never on a running job).
+its node (`add`). Read by the launcher, which passes `exclude_value(...)` as `sbatch --exclude`
+at submission, and by the requeue path, which sets it as `ExcNodeList` while the job is pending
+(Slurm 22.05 accepts that after `scontrol requeue`, never on a running job).
 
 File format:
 

@@ -3,8 +3,8 @@
 Accepts every form the driver and the log tools produce (see `shared/notes/xid-facts.md`):
 `NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, text`, the MIG forms with `GPU-I:`/`GPU-CI:`,
 older lines without `PCI:` or without pid/name, `pid='<unknown>'`, any prefix before `NVRM:`
-(dmesg `[ seconds]` or `-T` time, syslog or journald `host kernel:`), and "fallen off the bus"
-without an Xid, including the three-line "The NVIDIA GPU …" message. Anything else, including
+(dmesg `[ seconds]` or `-T` time, syslog or journald `host kernel:`), and NVRM's "fallen off the
+bus" without an Xid, including the three-line "The NVIDIA GPU …" message. Anything else, including
 garbage, binary, invalid UTF-8, truncated lines and lines over `MAX_LINE_BYTES`, yields no event.
 """
 
@@ -21,7 +21,6 @@ _LOCATION = re.compile(
     r"(?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-9a-fA-F])?"
     r"(?: GPU-I:(\d+))?(?: GPU-CI:(\d+))?"
 )
-_FALLEN = re.compile(r"fallen off the bus")
 _BUS_ID = re.compile(r"\b([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.[0-9a-fA-F]\b")
 _THE_GPU = re.compile(r"NVRM: The NVIDIA GPU ([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
 _RST = re.compile(r"(?<![-\w])RST: (Yes|No)")
@@ -70,7 +69,7 @@ def parse_line(text: str, context_pci: str = "") -> XidEvent | None:
     match = _XID.search(text)
     if match is not None:
         return _xid_event(int(match.group(2)), match.group(1), match.group(3) or "")
-    if _FALLEN.search(text) is None:
+    if "fallen off the bus" not in text or "NVRM:" not in text:
         return None
     bus = _BUS_ID.search(text) or _THE_GPU.search(text)
     pci = normalize_pci(*bus.groups()) if bus is not None else context_pci

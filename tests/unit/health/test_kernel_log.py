@@ -86,6 +86,7 @@ MALFORMED = [
     b"NVRM: Xid (PCI:0000:3b:00)): 79, x",
     b"\x00\x01\x02NVRM\xff\xfe\xfd",
     b"off the bus",
+    b"[ 5.1] pcieport 0000:00:01.0: device has fallen off the bus",  # not the NVIDIA driver
     b"\xc3\x28 invalid utf-8 \xa0\xa1 NVRM: Xid \xe2\x82",
     bytes(range(256)) * 4,
 ]

@@ -75,6 +75,11 @@ def test_unreadable_log_and_bad_config_have_their_own_exit_codes(tmp_path: Path)
     usage = xid_scan("--kernel-log", str(tmp_path / "none.log"), "--catalog-overrides", str(bad), "--node", "n1")
     assert usage.returncode == 2 and "unknown action 'reboot'" in usage.stdout
     assert xid_scan("--bogus").returncode == 2
+    log = write(tmp_path / "k.log", XID79)
+    name = xid_scan("--kernel-log", str(log), "--state-dir", str(tmp_path), "--node", "../etc", "--no-nvml")
+    assert name.returncode == 2 and name.stdout.splitlines() == [
+        "xid_scan ../etc: usage: node name '../etc' is not a Slurm node name (letters, digits, '.', '_', '-')"
+    ]
 
 
 @pytest.mark.parametrize(
