@@ -171,10 +171,3 @@ def _candidate_spans(chunk: bytes) -> list[tuple[int, int]]:
             spans[start] = end
             hit = chunk.find(needle, end)
     return sorted(spans.items())
-
-
-def parse_text(data: bytes) -> list[XidEvent]:
-    """All events in `data`, a whole kernel log or a piece of one."""
-    parser = KernelLogParser()
-    parser.feed(data)
-    return parser.events

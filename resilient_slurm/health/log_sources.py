@@ -64,9 +64,6 @@ class Cursor:
 @dataclasses.dataclass(frozen=True)
 class ReadResult:
     cursor: Cursor
-    records: int
-    """Lines or records handed to the sink."""
-    bytes_read: int
     lost: int
     """Records that the ring buffer overwrote before they could be read (kmsg only)."""
 
@@ -98,7 +95,7 @@ def read_file(path: str, start: Cursor | None, sink: Sink) -> ReadResult:
             offset = 0
         if offset:
             os.lseek(fd, offset, os.SEEK_SET)
-        total, records, since_newline, carry, skipping = 0, 0, 0, b"", False
+        total, since_newline, carry, skipping = 0, 0, b"", False
         while True:
             try:
                 data = os.read(fd, FILE_CHUNK_BYTES)
@@ -120,14 +117,12 @@ def read_file(path: str, start: Cursor | None, sink: Sink) -> ReadResult:
             whole, carry = buf[: last_newline + 1], buf[last_newline + 1 :]
             if skipping:
                 whole, skipping = whole[whole.find(b"\n") + 1 :], False
-            records += whole.count(b"\n")
             sink(whole)
         if carry and not skipping:
-            records += 1
             sink(carry)
     finally:
         os.close(fd)
-    return ReadResult(Cursor("file", identity, offset + total - since_newline), records, total, 0)
+    return ReadResult(Cursor("file", identity, offset + total - since_newline), 0)
 
 
 def read_kmsg(start: Cursor | None, sink: Sink, path: str = KMSG) -> ReadResult:
@@ -141,7 +136,7 @@ def read_kmsg(start: Cursor | None, sink: Sink, path: str = KMSG) -> ReadResult:
     except OSError as exc:
         raise LogReadError(f"cannot open {path}: {exc.strerror}") from None
     lines: list[bytes] = []
-    last, first, lost, total, records = after, None, 0, 0, 0
+    last, first, lost = after, None, 0
     try:
         while True:
             try:
@@ -155,7 +150,6 @@ def read_kmsg(start: Cursor | None, sink: Sink, path: str = KMSG) -> ReadResult:
                 raise LogReadError(f"cannot read {path}: {exc.strerror}") from None
             if not record:
                 break
-            total += len(record)
             header, _, body = record.partition(b";")
             try:
                 seq = int(header.split(b",")[1])
@@ -169,7 +163,6 @@ def read_kmsg(start: Cursor | None, sink: Sink, path: str = KMSG) -> ReadResult:
             # its newlines escaped, and the parser wants them back to join "fallen off the bus"
             # to the bus id two lines above.
             lines.append(body.split(b"\n", 1)[0].replace(b"\\x0a", b"\n"))
-            records += 1
             if len(lines) >= 4096:
                 sink(b"\n".join(lines) + b"\n")
                 lines.clear()
@@ -179,7 +172,7 @@ def read_kmsg(start: Cursor | None, sink: Sink, path: str = KMSG) -> ReadResult:
         sink(b"\n".join(lines) + b"\n")
     if after >= 0 and first is not None and first > after + 1:
         lost += first - after - 1
-    return ReadResult(Cursor("kmsg", identity, last), records, total, lost)
+    return ReadResult(Cursor("kmsg", identity, last), lost)
 
 
 def read_dmesg(start: Cursor | None, sink: Sink, timeout_s: float = COMMAND_TIMEOUT_S) -> ReadResult:
@@ -198,7 +191,7 @@ def read_dmesg(start: Cursor | None, sink: Sink, timeout_s: float = COMMAND_TIME
             kept.append(line)
     if kept:
         sink(b"\n".join(kept) + b"\n")
-    return ReadResult(Cursor("dmesg", identity, max(stamp, after)), len(kept), len(out), 0)
+    return ReadResult(Cursor("dmesg", identity, max(stamp, after)), 0)
 
 
 def read_journal(start: Cursor | None, sink: Sink, timeout_s: float = COMMAND_TIMEOUT_S) -> ReadResult:
@@ -219,7 +212,7 @@ def read_journal(start: Cursor | None, sink: Sink, timeout_s: float = COMMAND_TI
             kept.append(line)
     if kept:
         sink(b"\n".join(kept) + b"\n")
-    return ReadResult(Cursor("journal", identity, cursor), len(kept), len(out), 0)
+    return ReadResult(Cursor("journal", identity, cursor), 0)
 
 
 def journal_present() -> bool:

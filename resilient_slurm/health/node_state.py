@@ -38,8 +38,8 @@ class NodeState:
         os.makedirs(os.path.join(self.directory, "runs"), exist_ok=True)
 
     @contextlib.contextmanager
-    def lock(self, timeout_s: float = 30.0) -> Iterator[None]:
-        with locked(os.path.join(self.directory, ".lock"), timeout_s):
+    def lock(self) -> Iterator[None]:
+        with locked(os.path.join(self.directory, ".lock")):
             yield
 
     def node_cursor(self) -> Cursor | None:
