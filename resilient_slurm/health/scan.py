@@ -190,10 +190,12 @@ def preflight(
 
     Node, job and restart come from the Slurm environment. `state_dir` should be on storage
     the job can write (e.g. the run directory); its per-node cursor makes each preflight judge
-    only what is new. Bounded by `timeout_s`: a scan that has not finished by then (a hung read
-    or NVML call, left behind in a daemon thread) yields a verdict that excludes the node, never
-    a pass. Never raises for an unhealthy or unreadable node; `report.verdict.ok` says whether
-    to keep it.
+    only what is new. A kernel log the job's user may not read is skipped with a note.
+    Bounded by `timeout_s`: a scan that has not finished by then (a hung read or NVML call, left
+    behind in a daemon thread) yields a verdict that excludes the node, never a pass.
+    `report.verdict.ok` says whether to keep the node. Raises what the scan raised for a broken
+    setup (an unusable `state_dir`, a bad node name): that is the job's fault, not the node's,
+    and excluding the node would only move the fault to the next one.
     """
     env = os.environ if environ is None else environ
     request = ScanRequest(
@@ -208,20 +210,21 @@ def preflight(
         max_temp_c=max_temp_c,
     )
     outcome: list[ScanReport] = []
-    failure: list[str] = []
+    failure: list[BaseException] = []
     stage = ["starting"]
 
     def work() -> None:
         try:
             outcome.append(run_scan(request, time.time() if now is None else now, stage.append))
-        except Exception as exc:  # reported as the verdict: a preflight that crashes must not pass
-            failure.append(f"{type(exc).__name__}: {exc}")
+        except BaseException as exc:  # handed to the caller's thread below
+            failure.append(exc)
 
     worker = threading.Thread(target=work, name="xid-preflight", daemon=True)
     worker.start()
     worker.join(timeout_s)
+    if failure:
+        raise failure[0]
     if outcome:
         return outcome[0]
-    why = failure[0] if failure else f"did not finish within {timeout_s:g} s while {stage[-1]}"
-    finding = Finding("preflight", Action.EXCLUDE, why)
+    finding = Finding("preflight", Action.EXCLUDE, f"did not finish within {timeout_s:g} s while {stage[-1]}")
     return ScanReport(decide([finding]), (), (), None)

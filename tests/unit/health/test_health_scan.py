@@ -196,6 +196,15 @@ def test_a_hung_preflight_is_a_failure_never_a_pass(tmp_path: Path) -> None:
         threading.Thread(target=lambda: os.close(os.open(fifo, os.O_WRONLY)), daemon=True).start()
 
 
+def test_a_broken_preflight_setup_raises_instead_of_blaming_the_node(tmp_path: Path) -> None:
+    log = tmp_path / "k.log"
+    log.write_text("")
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    with pytest.raises(OSError):
+        preflight(state_dir=str(blocker), kernel_log=str(log), environ={"SLURMD_NODENAME": "n1"})
+
+
 def test_slurm_environment() -> None:
     prolog = {
         "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
