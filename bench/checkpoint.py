@@ -143,7 +143,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--layers", type=int, default=8, help="model depth (8 layers: 2.0 GB with AdamW state)")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=args.dir))
     torch.set_num_threads(os.cpu_count() or 1)

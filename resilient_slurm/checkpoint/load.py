@@ -100,23 +100,27 @@ def load_into(
     train_state = docs[layout.TRAIN_STATE]
 
     targets = model_tensors(model)
-    model_files = _tensor_files(layout.MODEL, manifest, docs)
-    loaded = _load_files(path, manifest, model_files, lambda name, info: _model_target(targets, name), io_threads)
+    optim_state: dict[str, torch.Tensor] = {}
+
+    def model_target(name: str, info: TensorInfo) -> torch.Tensor:
+        if name not in targets:
+            raise LoadError(f"checkpoint has tensor {name!r}, which this model does not")
+        return targets[name]
+
+    def optim_target(name: str, info: TensorInfo) -> torch.Tensor:
+        optim_state[name] = torch.empty(info.shape, dtype=info.dtype)
+        return optim_state[name]
+
+    optim_files = _tensor_files(layout.OPTIMIZER, manifest, docs)
+    # One pool over every file, so model and optimizer shards stream from disk at the same time.
+    jobs = [(f, model_target) for f in _tensor_files(layout.MODEL, manifest, docs)]
+    jobs += [(f, optim_target) for f in optim_files]
+    loaded = _load_files(path, manifest, jobs, io_threads)
     missing = sorted(set(targets) - loaded)
     if missing:
         raise LoadError(f"checkpoint lacks model tensors: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
-
-    names = param_names(model)
-    optim_files = _tensor_files(layout.OPTIMIZER, manifest, docs)
     if optim_files:
-        state: dict[str, torch.Tensor] = {}
-
-        def alloc(name: str, info: TensorInfo) -> torch.Tensor:
-            state[name] = torch.empty(info.shape, dtype=info.dtype)
-            return state[name]
-
-        _load_files(path, manifest, optim_files, alloc, io_threads)
-        restore_optimizer(optimizer, names, docs[layout.OPTIMIZER_META], state)
+        restore_optimizer(optimizer, param_names(model), docs[layout.OPTIMIZER_META], optim_state)
     else:
         optimizer.state.clear()
     scheduler.load_state_dict(docs[layout.SCHEDULER])
@@ -124,12 +128,6 @@ def load_into(
     if rng is not None:
         restore_rng(rng)
     return Restored(path, train_state, bool(optim_files))
-
-
-def _model_target(targets: dict[str, torch.Tensor], name: str) -> torch.Tensor:
-    if name not in targets:
-        raise LoadError(f"checkpoint has tensor {name!r}, which this model does not")
-    return targets[name]
 
 
 def _tensor_files(prefix: str, manifest: Manifest, docs: dict[str, Any]) -> list[str]:
@@ -141,18 +139,20 @@ def _tensor_files(prefix: str, manifest: Manifest, docs: dict[str, Any]) -> list
 
 
 def _load_files(
-    path: Path, manifest: Manifest, files: list[str],
-    target_for: Callable[[str, TensorInfo], torch.Tensor], io_threads: int,
+    path: Path, manifest: Manifest, jobs: list[tuple[str, Callable[[str, TensorInfo], torch.Tensor]]],
+    io_threads: int,
 ) -> set[str]:
-    def one(rel: str) -> set[str]:
+    """Read each (file, target_for) in parallel; the names of every tensor read."""
+    def one(job: tuple[str, Callable[[str, TensorInfo], torch.Tensor]]) -> set[str]:
+        rel, target_for = job
         f = str(path / rel)
         header = read_header(f)
         if read_into(f, header, target_for) != manifest.files[rel].crc32:
             raise LoadError(f"checksum mismatch in {rel}")
         return set(header.tensors)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(io_threads, len(files)))) as pool:
-        return set().union(*pool.map(one, files)) if files else set()
+    with ThreadPoolExecutor(max_workers=max(1, min(io_threads, len(jobs)))) as pool:
+        return set().union(*pool.map(one, jobs)) if jobs else set()
 
 
 def _read_json(path: Path, rel: str, manifest: Manifest) -> Any:

@@ -1,3 +1,4 @@
+import os
 import struct
 
 import pytest
@@ -82,3 +83,36 @@ def test_malformed_headers_are_rejected_with_a_reason(raw, reason):
 def test_header_is_padded_to_eight_bytes():
     head = build_header(tensors())
     assert len(head) % 8 == 0
+
+
+def test_falls_back_to_buffered_writes_when_the_filesystem_refuses_direct_io(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+    import os
+
+    real_write = os.write
+    refused = []
+
+    def picky_write(fd, data):
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            refused.append(fd)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", picky_write)
+    path = str(tmp_path / "x.safetensors")
+    digest = write_file(path, tensors())
+    assert refused, "the test did not exercise the fallback"
+    assert digest.crc32 == file_crc32(path)
+    assert all(torch.equal(load_file(path)[n], t) for n, t in tensors())
+
+
+def test_sizes_around_the_staging_buffer_and_block_boundaries(tmp_path):
+    from resilient_slurm.checkpoint import safetensors_io
+
+    for numel in (0, 1, 1023, 1024, safetensors_io.CHUNK // 4 - 3, safetensors_io.CHUNK // 4 + 5):
+        path = str(tmp_path / f"x{numel}.safetensors")
+        t = torch.arange(numel, dtype=torch.float32)
+        digest = write_file(path, [("t", t)])
+        assert digest.nbytes == os.path.getsize(path)
+        assert torch.equal(load_file(path)["t"], t)
