@@ -117,15 +117,57 @@ class CheckpointConfig:
 @dataclass
 class ClusterConfig:
     kind: str = "local"
-    """local: run on this machine without Slurm."""
+    """local: run on this machine without Slurm; slurm: submit a job through submitit."""
     ranks: int = 1
-    """Local data-parallel ranks (processes); 2 or more use torch.distributed."""
+    """local: data-parallel ranks (processes); 2 or more use torch.distributed."""
     backend: str = "auto"
     """torch.distributed backend: auto (nccl with GPUs, else gloo), gloo or nccl."""
     collective_timeout_s: float = 300.0
     """A collective that waits longer than this fails instead of hanging forever."""
     kill_grace_s: float = 30.0
-    """Local launcher: after one rank exits abnormally, wait this long for the others."""
+    """local: after one rank exits abnormally, wait this long for the others, then kill them."""
+    # --- slurm
+    partition: str | None = None
+    nodes: int = 1
+    tasks_per_node: int = 1
+    """One task per rank: with GPUs, set it to gpus_per_node."""
+    gpus_per_node: int = 0
+    cpus_per_task: int | None = None
+    mem_gb: float | None = None
+    time_min: int = 60
+    """Wall-time limit of each allocation; the job requeues itself before it and continues."""
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    signal: str = "USR1"
+    """Signal Slurm sends `signal_lead_s` before the time limit (and at preemption)."""
+    signal_lead_s: int = 120
+    """Lead time of the warning signal; Slurm delivers it up to 30 s earlier than asked."""
+    max_restarts: int = 3
+    """Requeues allowed after failures that made no progress; preemptions and time limits are free."""
+    exclude_file: str | None = None
+    """Exclude list (tools/xid_scan exclude ...): its active nodes are passed as --exclude."""
+    sbatch_extra: dict[str, str] = field(default_factory=dict)
+    """Extra sbatch options, e.g. {reservation: big, exclusive: ""}."""
+    srun_extra: list[str] = field(default_factory=list)
+    setup: list[str] = field(default_factory=list)
+    """Shell lines run in the batch script before srun (module load, activate an environment)."""
+    wait: bool = False
+    """Block until the job finishes (otherwise print the job id and return)."""
+    submit: bool = True
+    """false: only prepare the run directory and print it; sbatch/train.sbatch runs the tasks itself."""
+
+
+@dataclass
+class FaultConfig:
+    """Fault injection for tests and drills; everything off by default."""
+
+    step_sleep_s: float = 0.0
+    """Sleep this long in every step (on `ranks`): a slow GPU, or pacing for tests."""
+    raise_at_step: int = 0
+    """Raise an exception when this step begins (on `ranks`), on every attempt: a code bug."""
+    ranks: list[int] = field(default_factory=list)
+    """Ranks the faults apply to (empty: all)."""
 
 
 @dataclass
@@ -137,6 +179,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
 
 
 TASKS = ("copy", "reverse", "sort", "increment")
@@ -196,8 +239,7 @@ def validate(cfg: Config) -> list[str]:
     need(not unknown, f"data.mix: unknown task(s) {', '.join(unknown)}; use {', '.join(TASKS)}")
     need(bool(d.mix) and all(w >= 0 for w in d.mix.values()) and sum(d.mix.values()) > 0,
          "data.mix: weights must be >= 0 with a positive sum")
-    ranks = k.ranks if k.kind == "local" else 1
-    per_step = d.micro_batch_size * ranks
+    per_step = d.micro_batch_size * world_size(k)
     need(d.micro_batch_size >= 1, "data.micro_batch_size: must be >= 1")
     need(d.global_batch_size % max(per_step, 1) == 0,
          f"data.global_batch_size: {d.global_batch_size} is not a multiple of micro_batch_size*ranks="
@@ -216,11 +258,23 @@ def validate(cfg: Config) -> list[str]:
     need(c.optimizer_on_last >= 0, "checkpoint.optimizer_on_last: must be >= 0 (0 = on all)")
     need(c.max_shard_bytes >= 1 << 20, "checkpoint.max_shard_bytes: must be at least 1 MiB")
     need(c.io_threads >= 1, "checkpoint.io_threads: must be >= 1")
-    need(k.kind in ("local",), f"cluster.kind: {k.kind!r} unknown; use cluster=local")
+    need(k.kind in ("local", "slurm"), f"cluster.kind: {k.kind!r} unknown; use cluster=local or cluster=slurm")
     need(k.ranks >= 1, f"cluster.ranks: {k.ranks} must be >= 1")
+    need(k.nodes >= 1 and k.tasks_per_node >= 1, "cluster.nodes and cluster.tasks_per_node: must be >= 1")
+    need(k.time_min >= 1, f"cluster.time_min: {k.time_min}; Slurm time limits are whole minutes >= 1")
+    need(k.signal in ("USR1", "USR2", "TERM"), f"cluster.signal: {k.signal!r}; use USR1, USR2 or TERM")
+    need(0 < k.signal_lead_s < k.time_min * 60,
+         f"cluster.signal_lead_s: {k.signal_lead_s} must be positive and below cluster.time_min*60")
+    need(k.max_restarts >= 0, "cluster.max_restarts: must be >= 0")
+    need(k.gpus_per_node >= 0, "cluster.gpus_per_node: must be >= 0")
     need(k.backend in ("auto", "gloo", "nccl"), f"cluster.backend: {k.backend!r}; use auto, gloo or nccl")
     need(k.collective_timeout_s > 0, "cluster.collective_timeout_s: must be > 0")
     return p
+
+
+def world_size(cluster: ClusterConfig) -> int:
+    """Ranks a run of this config has."""
+    return cluster.ranks if cluster.kind == "local" else cluster.nodes * cluster.tasks_per_node
 
 
 def _safe_name(name: str) -> bool:

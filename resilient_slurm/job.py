@@ -13,6 +13,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,6 +28,7 @@ from resilient_slurm.config import Config
 from resilient_slurm.distributed import Comm, RankInfo
 from resilient_slurm.events import EventLog, utc_now
 from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.faults import FaultInjector
 from resilient_slurm.metrics import MetricsFile
 from resilient_slurm.optim import build_optimizer, build_scheduler
 from resilient_slurm.signals import StopRequest, install_stop_handlers
@@ -37,6 +39,16 @@ from resilient_slurm.workload.model import build_model, init_weights_, num_param
 log = logging.getLogger("resilient_slurm")
 
 
+@dataclass(frozen=True)
+class RunOutcome:
+    code: ExitCode
+    step: int | None
+    signal: str | None = None
+    """The stop signal that ended the run (SIGUSR1, ...), if one did."""
+    error: str | None = None
+    """`Type: message` of the exception that ended the run, if one did."""
+
+
 @dataclass
 class Progress:
     step: int = 0
@@ -44,23 +56,32 @@ class Progress:
     train_seconds: float = 0.0
 
 
-def run(cfg: Config, run_dir: Path, info: RankInfo | None = None) -> ExitCode:
-    """Train rank `info` (default: from the environment) of the run in `run_dir`."""
-    stop = install_stop_handlers()
+def run(
+    cfg: Config, run_dir: Path, info: RankInfo | None = None, context: dict[str, Any] | None = None,
+    stop: StopRequest | None = None,
+) -> RunOutcome:
+    """Train rank `info` (default: from the environment) of the run in `run_dir`.
+
+    `context` is stamped on every event this rank writes (job id, restart count, node); `stop` is
+    the stop request already receiving signals, if the caller installed the handlers earlier.
+    """
+    stop = stop or install_stop_handlers()
     info = info or RankInfo.from_env()
-    events = EventLog(run_dir / "events.jsonl", rank=info.rank)
+    events = EventLog(run_dir / "events.jsonl", rank=info.rank, context=context)
     _setup_logging(run_dir, info.rank)
     comm: Comm | None = None
     loop: _Loop | None = None
     try:
         comm = Comm(info, cfg.cluster.backend, cfg.cluster.collective_timeout_s)
         loop = _Loop(cfg, run_dir, comm, events, stop)
-        return loop.run()
+        code = loop.run()
+        return RunOutcome(code, loop.progress.step, stop.signal_name if code == ExitCode.RESUME else None)
     except Exception as e:  # noqa: BLE001 - recorded in the ledger, then reported by exit status
         step = loop.progress.step if loop else None
-        events.emit("crash", step, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=8))
+        error = f"{type(e).__name__}: {e}"
+        events.emit("crash", step, error=error, traceback=traceback.format_exc(limit=8))
         log.exception("rank %d crashed", info.rank)
-        return ExitCode.FAILED
+        return RunOutcome(ExitCode.FAILED, step, error=error)
     finally:
         if comm is not None:
             comm.close()
@@ -70,7 +91,8 @@ class _Loop:
     def __init__(self, cfg: Config, run_dir: Path, comm: Comm, events: EventLog, stop: StopRequest) -> None:
         self.cfg, self.run_dir, self.comm, self.events, self.stop = cfg, run_dir, comm, events, stop
         t = cfg.train
-        threads = t.threads or max(1, (os.cpu_count() or 1) // _local_world(comm))
+        threads = t.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or \
+            max(1, (os.cpu_count() or 1) // _local_world(comm))
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(t.deterministic)
         self.model = build_model(cfg.model, t.seed).to(comm.device)
@@ -82,6 +104,7 @@ class _Loop:
         self.metrics = MetricsFile(run_dir / "metrics.jsonl") if comm.rank == 0 else None
         self.progress = Progress()
         self.identity = rundir.read_identity(run_dir)
+        self.faults = FaultInjector(cfg.fault, comm.rank)
 
     def run(self) -> ExitCode:
         cfg, comm = self.cfg, self.comm
@@ -94,6 +117,7 @@ class _Loop:
             self.events.emit("start", 0, world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename)
         self._resume()
         while self.progress.step < cfg.train.max_steps:
+            self.faults.before_step(self.progress.step + 1)
             result = self.trainer.step(self.sampler.next_batch())
             self._advance(result)
             stop_flag, time_flag = comm.max_floats(
@@ -211,7 +235,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m resilient_slurm.job RUN_DIR", file=sys.stderr)
         return ExitCode.CONFIG
     run_dir = Path(argv[0])
-    return int(run(rundir.load_config(run_dir), run_dir))
+    return int(run(rundir.load_config(run_dir), run_dir).code)
 
 
 if __name__ == "__main__":

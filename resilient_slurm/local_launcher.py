@@ -30,7 +30,7 @@ _PR_SET_PDEATHSIG = 1
 def run_local(cfg: Config, run_dir: Path) -> int:
     n = cfg.cluster.ranks
     if n == 1:
-        return int(job.run(cfg, run_dir, RankInfo(0, 1, 0, "127.0.0.1", 0)))
+        return int(job.run(cfg, run_dir, RankInfo(0, 1, 0, "127.0.0.1", 0)).code)
     port = _free_port()
     procs = []
     for rank in range(n):

@@ -22,7 +22,8 @@ _ABBREVIATIONS = {
     "cluster.ranks": "ranks",
 }
 # Overrides of where or how a run executes, not what it computes: never part of a variant.
-_PLACEMENT = ("run.", "cluster.", "checkpoint.", "hydra.", "hydra/", "train.log_every_steps", "train.threads")
+_PLACEMENT = ("run.", "cluster.", "checkpoint.", "fault.", "hydra.", "hydra/", "train.log_every_steps",
+              "train.threads")
 # Group choices the name already spells (model, task) or that do not change what is computed.
 _NAMED_GROUPS = ("experiment", "model", "data", "cluster", "checkpoint")
 
@@ -37,12 +38,26 @@ def variant(overrides: list[str]) -> str:
             parts.append(f"{_clean(key)}-{_clean(value)}")
         else:
             short = _ABBREVIATIONS.get(key, key.rsplit(".", 1)[-1].replace("_", ""))
-            parts.append(f"{short}{_clean(value)}")
+            parts.append(f"{short}{_clean(_number(value))}")
     return "-".join(parts) or "base"
 
 
 def run_name(cfg: Config, overrides: list[str], today: date) -> str:
     return f"{_clean(cfg.model.name)}-{_clean(cfg.data.task)}-{today:%Y%m%d}-{variant(overrides)}"
+
+
+def _number(value: str) -> str:
+    """Small and large floats in short scientific form, however they were typed: `0.0001` -> `1e-4`."""
+    if not any(c in value for c in ".eE"):
+        return value
+    try:
+        v = float(value)
+    except ValueError:
+        return value
+    if v != 0 and (abs(v) < 0.01 or abs(v) >= 1e5):
+        mantissa, exponent = f"{v:e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{v:g}"
 
 
 def _clean(text: str) -> str:

@@ -13,7 +13,7 @@ Modules, in the order data flows:
     node_state    per-node cursors and Xid history on local disk
     atomic_file   atomic replace and flock for small shared files
     exclude_list  the run's exclude list on shared storage; the --exclude value
-    scontrol      draining the node
+
     scan          one scan (cursor choice, read, judge, record) and the job-side preflight
     cli           the tools/xid_scan command line and its watchdog
 """

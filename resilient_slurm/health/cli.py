@@ -39,7 +39,7 @@ from resilient_slurm.health.scan import (
     restart_count_from_env,
     run_scan,
 )
-from resilient_slurm.health.scontrol import DEFAULT_SCONTROL, drain_node
+from resilient_slurm.slurm import DEFAULT_SCONTROL, drain_node
 from resilient_slurm.health.verdict import Verdict
 from resilient_slurm.health.xid_catalog import CATALOG, Action, XidRow, parse_overrides, with_overrides
 

@@ -26,6 +26,10 @@ def cfg(tmp_path, **optim):
         (["data.seq_len=4096", "run.root=/x", "cluster.ranks=2", "checkpoint.every_steps=5"], "seq4096"),
         (["model=llama3_8b"], "base"),
         (["optim.beta2=0.99"], "beta20.99"),
+        (["optim.lr=0.0001"], "lr1e-4"),
+        (["optim.lr=3.0e-4"], "lr3e-4"),
+        (["optim.lr=2.5e-05"], "lr2.5e-5"),
+        (["optim.weight_decay=0.10"], "wd0.1"),
     ],
 )
 def test_variant_from_overrides(overrides, expected):

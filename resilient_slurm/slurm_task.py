@@ -1,0 +1,95 @@
+"""What each task of a Slurm job runs: rank setup from Slurm, the training job, then the decision.
+
+Submitted through submitit (the `SlurmTask` callable) or started by `sbatch/train.sbatch` with
+`python -m resilient_slurm.slurm_task RUN_DIR`. Each requeue re-runs it; it resumes from the run
+directory's newest valid checkpoint.
+
+submitit's own signal handling is replaced, not wrapped: it checkpoints from inside the USR2
+handler, on rank 0 only, and ignores SIGTERM. A distributed run must save at a step boundary,
+on every rank at the same step, and must save on SIGTERM too (`scontrol requeue`, preemption
+without a user signal). So our handlers go in first and only record the request; submitit's
+timeout countdown is unused (max_num_timeout=0) and our restart budget, kept in the run's
+ledger, decides about requeues.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from resilient_slurm.signals import install_stop_handlers
+
+
+class GaveUp(RuntimeError):
+    """The job stops for good: requeueing again would not help."""
+
+
+class SlurmTask:
+    """Picklable and small: everything else is read from the run directory at run time."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+
+    def __call__(self) -> str:
+        # First, before the slow imports: a preemption notice may come at any moment.
+        stop = install_stop_handlers()
+        from resilient_slurm import job, recovery, rundir, slurm
+        from resilient_slurm.distributed import RankInfo
+        from resilient_slurm.events import EventLog, read_events
+
+        run_dir = Path(self.run_dir)
+        env = slurm.SlurmEnv.from_env()
+        if env is None:
+            raise RuntimeError("not inside a Slurm task (no SLURM_JOB_ID/SLURM_PROCID); use cluster=local")
+        cfg = rundir.load_config(run_dir)
+        events = EventLog(run_dir / "events.jsonl", rank=env.procid, context=env.context())
+        if env.procid == 0:
+            history = read_events(run_dir / "events.jsonl")
+            cause = recovery.restart_cause(history, (env.job_id, env.restart_count))
+            events.emit("attempt", None, nodes=list(env.nodes), ntasks=env.ntasks, cause=cause)
+        os.environ["LOCAL_WORLD_SIZE"] = str(env.local_ntasks)
+        info = RankInfo(env.procid, env.ntasks, env.localid, slurm.node_address(env.nodes[0]),
+                        slurm.master_port(env.job_id))
+        outcome = job.run(cfg, run_dir, info, context=env.context(), stop=stop)
+
+        history = read_events(run_dir / "events.jsonl")
+        decision = recovery.decide(outcome.code, outcome.signal, outcome.error, history, cfg.cluster.max_restarts)
+        if decision.action == recovery.FINISH:
+            return f"finished at step {outcome.step}"
+        # One task acts for the job: a second `scontrol requeue` would restart it twice.
+        acting = _claim(run_dir, env.job_id, env.restart_count)
+        if decision.action == recovery.REQUEUE and acting:
+            ok, message = slurm.requeue(env.job_id)
+            events.emit("requeue", outcome.step, reason=decision.reason, ok=ok,
+                        **({} if ok else {"error": message.strip()}))
+        elif decision.action == recovery.GIVE_UP:
+            if acting:
+                events.emit("gave_up", outcome.step, reason=decision.reason)
+            print(f"resilient_slurm: giving up: {decision.reason}", file=sys.stderr, flush=True)
+            raise GaveUp(decision.reason)
+        # Exit without a result: the job is requeued (or Slurm is ending it), so the run is not done.
+        sys.exit(int(outcome.code))
+
+
+def _claim(run_dir: Path, job_id: str, restart: int) -> bool:
+    marks = run_dir / "slurm" / "decisions"
+    marks.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(marks / f"{job_id}.{restart}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
+def main(argv: list[str]) -> int:
+    """`python -m resilient_slurm.slurm_task RUN_DIR` (inside srun)."""
+    if len(argv) != 1:
+        print("usage: python -m resilient_slurm.slurm_task RUN_DIR", file=sys.stderr)
+        return 2
+    print(SlurmTask(argv[0])())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,156 @@
+"""Resilient training jobs on the real local Slurm cluster: time limit, requeue, preemption, a dead
+rank and a crash loop. Every interrupted run must end bit-identical to an uninterrupted one."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.runs import REPO, SMALL, assert_bit_identical, events, final_tensors, run_dir
+from tests.slurm.jobs import (
+    describe, job_state, kill_task, reference, submit, wait_for_end, wait_for_step, wait_until,
+)
+
+pytestmark = pytest.mark.slurm
+
+TWO_NODES = ["cluster.nodes=2", "cluster.tasks_per_node=1", "cluster.collective_timeout_s=60"]
+
+
+def attempts(ev):
+    return [e for e in ev if e["event"] == "attempt"]
+
+
+def test_time_limit_warning_saves_requeues_and_resumes_bit_identical(slurm_cluster, tmp_path):
+    steps = ["train.max_steps=400"]
+    ref = reference(tmp_path, "ref", 2, *steps)
+    # A 2-minute limit with a 30 s warning: the warning comes 60-90 s in, before 400 paced steps end.
+    job = submit(tmp_path, "timed", *TWO_NODES, *steps, "cluster.time_min=2", "cluster.signal_lead_s=30",
+                 "fault.step_sleep_s=0.25")
+    rdir = run_dir(tmp_path, "timed")
+    assert wait_for_end(job, rdir, 330) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    assert [e["restart"] for e in attempts(ev)] == [0, 1]
+    assert job_state(job)["Restarts"] == "1"
+    (requeue,) = [e for e in ev if e["event"] == "requeue"]
+    assert "SIGUSR1" in requeue["reason"] and requeue["ok"]
+    assert "SIGUSR1" in attempts(ev)[1]["cause"]
+    saves = [e for e in ev if e["event"] == "save" and e["reason"] == "emergency"]
+    assert len(saves) == 1 and 0 < saves[0]["step"] < 400
+    assert [e["signal"] for e in ev if e["event"] == "signal"] == ["SIGUSR1", "SIGUSR1"]  # both ranks
+    assert_bit_identical(final_tensors(ref, 400), final_tensors(rdir, 400))
+
+
+def test_scontrol_requeue_mid_run_resumes_bit_identical(slurm_cluster, tmp_path):
+    ref = reference(tmp_path, "ref", 2)
+    job = submit(tmp_path, "requeued", *TWO_NODES, "cluster.time_min=10", "fault.step_sleep_s=0.05")
+    rdir = run_dir(tmp_path, "requeued")
+    wait_for_step(rdir, 60, 120)
+    slurm_cluster.run("scontrol", "requeue", job)
+    assert wait_for_end(job, rdir, 180) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    assert [e["restart"] for e in attempts(ev)] == [0, 1]
+    stop = [e for e in ev if e["event"] == "stop"]
+    assert len(stop) == 1 and [e["signal"] for e in ev if e["event"] == "signal"][0] == "SIGTERM"
+    assert not [e for e in ev if e["event"] == "requeue"]  # Slurm requeued it, the job did not
+    (resume,) = [e for e in ev if e["event"] == "resume"]
+    assert resume["step"] == stop[0]["step"]
+    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+
+
+def test_preemption_saves_within_grace_requeues_and_resumes_bit_identical(slurm_cluster, tmp_path):
+    one_full_node = ["cluster.nodes=1", "cluster.cpus_per_task=2", "train.threads=1"]
+    ref = reference(tmp_path, "ref", 1)
+    job = submit(tmp_path, "preempted", *one_full_node, "cluster.time_min=10", "fault.step_sleep_s=0.05")
+    rdir = run_dir(tmp_path, "preempted")
+    wait_for_step(rdir, 40, 120)
+    node = job_state(job)["NodeList"]
+    high = slurm_cluster.run("sbatch", "--parsable", "-p", "high", "-w", node, "-c", "2", "--time=2",
+                             "--output=/dev/null", "--wrap", "sleep 15").strip()
+    slurm_cluster.submitted.append(high)
+    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    assert len(attempts(ev)) >= 2
+    (emergency,) = [e for e in ev if e["event"] == "save" and e["reason"] == "emergency"]
+    signal = [e for e in ev if e["event"] == "signal"][0]
+    assert signal["signal"] == "SIGUSR1"  # preempt_send_user_signal: the job's own warning signal
+    assert emergency["step"] == signal["step"]
+    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_a_killed_rank_ends_the_attempt_and_the_job_requeues_and_finishes(slurm_cluster, tmp_path, victim):
+    ref = reference(tmp_path, "ref", 2)
+    job = submit(tmp_path, "killed", *TWO_NODES, "cluster.time_min=10", "fault.step_sleep_s=0.05",
+                 "cluster.max_restarts=2")
+    rdir = run_dir(tmp_path, "killed")
+    wait_for_step(rdir, 60, 120)
+    kill_task(job, victim)
+    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    survivor = 1 - victim
+    crashes = [e for e in ev if e["event"] == "crash"]
+    assert crashes and all(e["rank"] == survivor for e in crashes)
+    (requeue,) = [e for e in ev if e["event"] == "requeue"]
+    assert requeue["reason"].startswith("failed after saving progress; requeued") and requeue["ok"]
+    assert [e["restart"] for e in attempts(ev)] == [0, 1]
+    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+
+
+def test_the_same_crash_every_attempt_stops_after_the_restart_budget(slurm_cluster, tmp_path):
+    job = submit(tmp_path, "crashloop", "cluster.time_min=10", "checkpoint.every_steps=5",
+                 "fault.raise_at_step=12", "cluster.max_restarts=2")
+    rdir = run_dir(tmp_path, "crashloop")
+    assert wait_for_end(job, rdir, 240) == "FAILED", describe(job, rdir)
+
+    ev = events(rdir)
+    assert [e["restart"] for e in attempts(ev)] == [0, 1, 2, 3]
+    (gave_up,) = [e for e in ev if e["event"] == "gave_up"]
+    assert "3 consecutive failures without progress exceed the restart budget of 2" in gave_up["reason"]
+    assert "injected failure at step 12" in gave_up["reason"]
+    log = (rdir / "slurm" / f"{job}_0_log.err").read_text()
+    assert "giving up: 3 consecutive failures" in log
+
+
+def test_a_two_point_sweep_submits_two_resilient_jobs(slurm_cluster, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "resilient_slurm.launch", "-m", *SMALL, "cluster=slurm", f"run.root={tmp_path}",
+         "train.max_steps=40", "optim.lr=1e-4,3e-4"],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    jobs = re.findall(r"submitted job (\d+) for run (\S+)", done.stdout)
+    assert len(jobs) == 2 and jobs[0][1] != jobs[1][1]
+    for job, path in jobs:
+        assert wait_for_end(job, Path(path), 180) == "COMPLETED", describe(job, Path(path))
+        assert [e["event"] for e in events(Path(path))][-1] == "finish"
+    names = sorted(Path(path).name for _, path in jobs)
+    assert names[0].endswith("-lr1e-4") and names[1].endswith("-lr3e-4")
+
+
+def test_the_sbatch_template_requeued_once_finishes(slurm_cluster, tmp_path):
+    ref = reference(tmp_path, "ref", 2)
+    out = tmp_path / "job.out"
+    job = slurm_cluster.run(
+        "sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--time=10", f"--output={out}", f"--chdir={REPO}",
+        str(REPO / "sbatch" / "train.sbatch"), *SMALL, f"run.root={tmp_path}", "run.name=templated",
+        "train.threads=1", "fault.step_sleep_s=0.05", "cluster.collective_timeout_s=60",
+    ).strip()
+    slurm_cluster.submitted.append(job)
+    rdir = run_dir(tmp_path, "templated")
+    wait_for_step(rdir, 60, 120)
+    slurm_cluster.run("scontrol", "requeue", job)
+    assert wait_for_end(job, rdir, 180) == "COMPLETED", describe(job, rdir) + out.read_text()[-2000:]
+
+    ev = events(rdir)
+    assert [e["restart"] for e in attempts(ev)] == [0, 1]
+    log = out.read_text()
+    assert log.count(f"job {job}, restart") == 2  # --open-mode=append kept the first run's output
+    assert_bit_identical(final_tensors(ref), final_tensors(rdir))

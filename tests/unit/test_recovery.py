@@ -1,0 +1,72 @@
+import pytest
+
+from resilient_slurm.recovery import (
+    EXIT, FINISH, GIVE_UP, REQUEUE, decide, failures_without_progress, restart_cause,
+)
+
+
+def ev(event, restart, step=None, job="7", **extra):
+    return {"event": event, "step": step, "job_id": job, "restart": restart, **extra}
+
+
+def attempt(restart, saves=(), crash=False, stop=None):
+    out = [ev("attempt", restart), ev("start", restart, 0)]
+    out += [ev("save", restart, s, reason="periodic") for s in saves]
+    if crash:
+        out.append(ev("crash", restart, 12, error="ValueError: boom"))
+    if stop:
+        out += [ev("signal", restart, 30, signal=stop), ev("stop", restart, 30)]
+    return out
+
+
+@pytest.mark.parametrize(
+    "history, expected",
+    [
+        ([], 0),
+        (attempt(0, saves=[5, 10], crash=True), 0),  # it saved new checkpoints: progress
+        (attempt(0, saves=[5, 10], crash=True) + attempt(1, crash=True), 1),
+        (attempt(0, saves=[5, 10], crash=True) + attempt(1, crash=True) + attempt(2, crash=True), 2),
+        # a save of a step already saved before is no progress
+        (attempt(0, saves=[10], crash=True) + attempt(1, saves=[10], crash=True), 1),
+        # progress in between resets the count
+        (attempt(0, crash=True) + attempt(1, crash=True) + attempt(2, saves=[20], crash=True), 0),
+        # a preempted attempt without progress neither counts nor resets
+        (attempt(0, saves=[10], crash=True) + attempt(1, crash=True) + attempt(2, stop="SIGUSR1")
+         + attempt(3, crash=True), 2),
+        # events of local runs (no job id) are not attempts of this job
+        ([{"event": "crash", "step": 3}], 0),
+        # several ranks reporting one crash is one failed attempt
+        (attempt(0, saves=[10], crash=True) + attempt(1, crash=True) + [ev("crash", 1, 12)], 1),
+    ],
+)
+def test_failures_without_progress(history, expected):
+    assert failures_without_progress(history) == expected
+
+
+@pytest.mark.parametrize(
+    "code, signal, history, budget, action, reason_part",
+    [
+        (0, None, [], 3, FINISH, "finished"),
+        (75, "SIGUSR1", [], 3, REQUEUE, "time-limit warning or preemption"),
+        (75, "SIGUSR2", [], 0, REQUEUE, "SIGUSR2"),  # never uses the budget
+        (75, "SIGTERM", [], 3, EXIT, "a cancelled one stays cancelled"),
+        (1, None, attempt(0, saves=[5], crash=True), 0, REQUEUE, "restart budget untouched"),
+        (1, None, attempt(0, saves=[5], crash=True) + attempt(1, crash=True), 1, REQUEUE, "failure 1 without progress"),
+        (1, None, attempt(0, saves=[5], crash=True) + attempt(1, crash=True), 0, GIVE_UP, "exceed the restart budget of 0"),
+        (1, None, attempt(0, saves=[5], crash=True) + attempt(1, crash=True) + attempt(2, crash=True)
+         + attempt(3, crash=True), 2, GIVE_UP, "3 consecutive failures"),
+    ],
+)
+def test_decide(code, signal, history, budget, action, reason_part):
+    d = decide(code, signal, "ValueError: boom\nmore lines", history, budget)
+    assert d.action == action
+    assert reason_part in d.reason and "\n" not in d.reason
+
+
+def test_restart_cause_names_how_the_previous_attempt_ended():
+    h = attempt(0, saves=[10], stop="SIGUSR1") + [ev("requeue", 0, 30, reason="SIGUSR1: time-limit warning")]
+    assert restart_cause(h, ("7", 1)) == "SIGUSR1: time-limit warning"
+    assert restart_cause(attempt(0, stop="SIGTERM"), ("7", 1)) == "stopped by SIGTERM at step 30"
+    assert restart_cause(attempt(0, saves=[10]), ("7", 1)).startswith("the previous attempt ended without a trace")
+    assert restart_cause(attempt(0, crash=True), ("7", 1)) == "crashed at step 12: ValueError: boom"
+    assert restart_cause([], ("7", 0)) == "first start"

@@ -1,0 +1,56 @@
+import pytest
+
+from resilient_slurm.config import ClusterConfig
+from resilient_slurm.slurm import SlurmEnv, expand_hostlist, master_port, tasks_per_node
+from resilient_slurm.submit import executor_parameters
+
+
+@pytest.mark.parametrize(
+    "hostlist, nodes",
+    [
+        ("n1", ["n1"]),
+        ("n[1-3]", ["n1", "n2", "n3"]),
+        ("n[1-2,5],login", ["n1", "n2", "n5", "login"]),
+        ("gpu[08-10]", ["gpu08", "gpu09", "gpu10"]),
+        ("a,b", ["a", "b"]),
+        ("rack[1-2]-x", ["rack1-x", "rack2-x"]),
+    ],
+)
+def test_expand_hostlist(hostlist, nodes):
+    assert expand_hostlist(hostlist) == nodes
+
+
+@pytest.mark.parametrize("spec, counts", [("1", [1]), ("2(x3)", [2, 2, 2]), ("2(x2),1", [2, 2, 1]), ("", [1])])
+def test_tasks_per_node(spec, counts):
+    assert tasks_per_node(spec) == counts
+
+
+def test_slurm_env_from_a_task_environment():
+    env = SlurmEnv.from_env({
+        "SLURM_JOB_ID": "42", "SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1",
+        "SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n2", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "SLURM_RESTART_COUNT": "2", "SLURM_CPUS_PER_TASK": "8",
+    })
+    assert (env.job_id, env.procid, env.ntasks, env.localid, env.local_ntasks) == ("42", 3, 4, 1, 2)
+    assert env.nodes == ("n1", "n2") and env.restart_count == 2 and env.cpus_per_task == 8
+    assert env.context() == {"job_id": "42", "restart": 2, "node": "n2"}
+    assert SlurmEnv.from_env({"SLURM_JOB_ID": "42"}) is None  # the batch shell, not a task
+    assert SlurmEnv.from_env({}) is None
+
+
+def test_master_port_is_per_job_and_in_range():
+    assert master_port("42") == master_port("42") != master_port("43")
+    assert all(29500 <= master_port(str(j)) < 39500 for j in (1, 9999, 10000, 123456))
+
+
+def test_executor_parameters():
+    c = ClusterConfig(kind="slurm", partition="gpu", nodes=4, tasks_per_node=8, gpus_per_node=8, cpus_per_task=12,
+                      mem_gb=500, time_min=240, account="llm", signal="USR1", signal_lead_s=300,
+                      sbatch_extra={"reservation": "big"}, setup=["module load cuda"])
+    p = executor_parameters(c, "run-a", "n3,n7")
+    assert p["nodes"] == 4 and p["ntasks_per_node"] == 8 and p["gpus_per_node"] == 8 and p["time"] == 240
+    assert p["additional_parameters"] == {"signal": "USR1@300", "requeue": True, "reservation": "big"}
+    assert p["exclude"] == "n3,n7" and p["mem"] == "512000M" and p["partition"] == "gpu"
+    assert p["setup"] == ["module load cuda"] and p["account"] == "llm"
+    minimal = executor_parameters(ClusterConfig(kind="slurm"), "r", "")
+    assert "exclude" not in minimal and "partition" not in minimal and "gpus_per_node" not in minimal
