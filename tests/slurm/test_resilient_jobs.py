@@ -154,3 +154,16 @@ def test_the_sbatch_template_requeued_once_finishes(slurm_cluster, tmp_path):
     log = out.read_text()
     assert log.count(f"job {job}, restart") == 2  # --open-mode=append kept the first run's output
     assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+
+
+def test_a_job_cancelled_by_its_user_saves_and_does_not_requeue(slurm_cluster, tmp_path):
+    job = submit(tmp_path, "cancelled", "cluster.time_min=10", "fault.step_sleep_s=0.05")
+    rdir = run_dir(tmp_path, "cancelled")
+    wait_for_step(rdir, 30, 120)
+    slurm_cluster.run("scancel", job)
+    assert wait_for_end(job, rdir, 60) == "CANCELLED"
+    wait_until("the emergency save", lambda: [e for e in events(rdir) if e["event"] == "stop"], 30)
+    ev = events(rdir)
+    assert [e["signal"] for e in ev if e["event"] == "signal"] == ["SIGTERM"]
+    assert not [e for e in ev if e["event"] == "requeue"]
+    assert job_state(job).get("Restarts") == "0" and len(attempts(ev)) == 1

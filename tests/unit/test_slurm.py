@@ -54,3 +54,15 @@ def test_executor_parameters():
     assert p["setup"] == ["module load cuda"] and p["account"] == "llm"
     minimal = executor_parameters(ClusterConfig(kind="slurm"), "r", "")
     assert "exclude" not in minimal and "partition" not in minimal and "gpus_per_node" not in minimal
+
+
+def test_rendered_sbatch_carries_our_signal_requeue_and_append(tmp_path):
+    """submitit renders the script; what matters to resilience must survive its defaults."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    c = ClusterConfig(kind="slurm", nodes=2, signal="USR1", signal_lead_s=90, time_min=30)
+    text = _make_sbatch_string(command="python -u -m x", folder=tmp_path, **executor_parameters(c, "run-a", "n3"))
+    lines = text.splitlines()
+    assert "#SBATCH --signal=USR1@90" in lines and not any("USR2" in line for line in lines)
+    assert "#SBATCH --requeue" in lines and "#SBATCH --open-mode=append" in lines
+    assert "#SBATCH --nodes=2" in lines and "#SBATCH --exclude=n3" in lines and "#SBATCH --time=30" in lines
