@@ -159,6 +159,57 @@ class ClusterConfig:
 
 
 @dataclass
+class MonitorConfig:
+    """In-training fault detection (resilient_slurm/monitor.py) and what to do about findings."""
+
+    enabled: bool = True
+    window: int = 50
+    """Recent steps the robust statistics (median, MAD) are taken over."""
+    min_history: int = 20
+    """Steps of history before the relative detectors judge anything."""
+    loss_spike_mads: float = 8.0
+    """Spike: loss above median + this many MADs (0 disables) ..."""
+    loss_spike_min_rise: float = 0.5
+    """... and at least this fraction above the median, so a quiet window cannot trigger on noise."""
+    plateau_steps: int = 1000
+    """Report when the loss has not improved for this many steps (0 disables); never acted on."""
+    plateau_min_improvement: float = 0.01
+    grad_norm_max: float = 0.0
+    """Explosion: gradient norm above this (0 disables the absolute limit) ..."""
+    grad_norm_factor: float = 20.0
+    """... or above this multiple of its recent median (0 disables)."""
+    grad_vanish_below: float = 0.0
+    """Vanishing: gradient norm at or below this."""
+    throughput_drop_ratio: float = 0.5
+    """Throughput drop: tokens/s below this fraction of the recent median ..."""
+    throughput_drop_steps: int = 5
+    """... for this many consecutive steps."""
+    slow_rank_factor: float = 2.0
+    """Slow rank: one rank's compute time above this multiple of the others' median (0 disables)."""
+    data_stall_s: float = 30.0
+    """Data-loader stall: a rank waited longer than this for its batch (0 disables)."""
+    hang_factor: float = 20.0
+    """Hang: no step completed within this multiple of the median step time ..."""
+    hang_floor_s: float = 300.0
+    """... and never less than this."""
+    hang_first_step_s: float = 900.0
+    """Before any step has completed (start-up, first compile): the limit for the first step."""
+    rollback_on: list[str] = field(default_factory=lambda: ["loss_nan", "loss_spike"])
+    """Findings that roll back to the checkpoint before the anomaly and skip its data window."""
+    max_rollbacks: int = 3
+    """Rollbacks per run; one more anomaly after that stops the run (do not requeue)."""
+    rollback_skip_batches: int = 200
+    """Global batches skipped after the restored checkpoint (PaLM skipped 200-500)."""
+    rollback_lr_factor: float = 1.0
+    """Multiply the learning rate by this at each rollback (1 keeps it)."""
+    gpu_sample_s: float = 10.0
+    """How often the NVML sampler thread reads GPU utilization, memory, temperature and ECC counters."""
+    gpu_util_min_pct: float = 50.0
+    gpu_temp_max_c: float = 85.0
+    gpu_memory_max_frac: float = 0.98
+
+
+@dataclass
 class FaultConfig:
     """Fault injection for tests and drills; everything off by default."""
 
@@ -166,6 +217,11 @@ class FaultConfig:
     """Sleep this long in every step (on `ranks`): a slow GPU, or pacing for tests."""
     raise_at_step: int = 0
     """Raise an exception when this step begins (on `ranks`), on every attempt: a code bug."""
+    nan_at_step: int = 0
+    """Make the loss NaN at this step, with the data originally scheduled for it: a bad batch.
+    After a rollback skips that data, the step runs clean."""
+    hang_at_step: int = 0
+    """Stop making progress at this step (on `ranks`): a hung GPU or a deadlock."""
     ranks: list[int] = field(default_factory=list)
     """Ranks the faults apply to (empty: all)."""
 
@@ -179,10 +235,13 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
 
 
 TASKS = ("copy", "reverse", "sort", "increment")
+FINDINGS = ("loss_nan", "loss_spike", "loss_plateau", "grad_explosion", "grad_vanishing", "throughput_drop",
+            "slow_rank", "data_stall", "gpu_underutilized", "gpu_hot", "gpu_memory_full", "gpu_ecc")
 DTYPES = ("float32", "bfloat16")
 
 
@@ -267,6 +326,14 @@ def validate(cfg: Config) -> list[str]:
          f"cluster.signal_lead_s: {k.signal_lead_s} must be positive and below cluster.time_min*60")
     need(k.max_restarts >= 0, "cluster.max_restarts: must be >= 0")
     need(k.gpus_per_node >= 0, "cluster.gpus_per_node: must be >= 0")
+    mon = cfg.monitor
+    unknown_kinds = sorted(set(mon.rollback_on) - set(FINDINGS))
+    need(not unknown_kinds, f"monitor.rollback_on: unknown finding(s) {', '.join(unknown_kinds)}; use {', '.join(FINDINGS)}")
+    need(mon.window >= 3 and 1 <= mon.min_history <= mon.window,
+         "monitor.min_history: must be between 1 and monitor.window (window >= 3)")
+    need(mon.hang_floor_s > 0 and mon.hang_factor > 1, "monitor.hang_floor_s must be > 0 and monitor.hang_factor > 1")
+    need(mon.max_rollbacks >= 0 and mon.rollback_skip_batches >= 0 and 0 < mon.rollback_lr_factor <= 1,
+         "monitor: max_rollbacks and rollback_skip_batches must be >= 0, rollback_lr_factor in (0, 1]")
     need(k.backend in ("auto", "gloo", "nccl"), f"cluster.backend: {k.backend!r}; use auto, gloo or nccl")
     need(k.collective_timeout_s > 0, "cluster.collective_timeout_s: must be > 0")
     return p
