@@ -10,6 +10,9 @@ class ExitCode(IntEnum):
     """Crashed; a restart may help (counts against the restart budget)."""
     CONFIG = 2
     """Bad configuration or input; fix it and launch again."""
+    GAVE_UP = 70
+    """Stopped for good (a code bug, a run that keeps diverging): do not requeue; fix something first.
+    70 is EX_SOFTWARE from sysexits.h."""
     RESUME = 75
     """Stopped on request after an emergency checkpoint: launch or requeue again to continue.
     75 is EX_TEMPFAIL from sysexits.h: "temporary failure, try again"."""

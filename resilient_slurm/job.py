@@ -12,6 +12,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +21,23 @@ import torch
 from resilient_slurm import rundir
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
-from resilient_slurm.checkpoint.load import resume
+from resilient_slurm.checkpoint.load import Restored, resume
 from resilient_slurm.checkpoint.state import (
     Snapshot, capture_rng, model_tensors, optimizer_meta, optimizer_tensors, param_names,
 )
 from resilient_slurm.config import Config
 from resilient_slurm.distributed import Comm, RankInfo
-from resilient_slurm.events import EventLog, utc_now
+from resilient_slurm.events import EventLog, read_events, utc_now
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.faults import FaultInjector
+from resilient_slurm.gpu_metrics import GpuSampler
 from resilient_slurm.metrics import MetricsFile
+from resilient_slurm.monitor import Finding, Monitor, Observation
 from resilient_slurm.optim import build_optimizer, build_scheduler
+from resilient_slurm.recovery import GIVE_UP, ROLLBACK, on_findings
 from resilient_slurm.signals import StopRequest, install_stop_handlers
 from resilient_slurm.train import StepResult, Trainer
+from resilient_slurm.watchdog import Watchdog
 from resilient_slurm.workload.data import GlobalBatchSampler
 from resilient_slurm.workload.model import build_model, init_weights_, num_parameters
 
@@ -58,12 +63,14 @@ class Progress:
 
 def run(
     cfg: Config, run_dir: Path, info: RankInfo | None = None, context: dict[str, Any] | None = None,
-    stop: StopRequest | None = None,
+    stop: StopRequest | None = None, on_hang: Callable[[int, str], None] | None = None,
 ) -> RunOutcome:
     """Train rank `info` (default: from the environment) of the run in `run_dir`.
 
     `context` is stamped on every event this rank writes (job id, restart count, node); `stop` is
-    the stop request already receiving signals, if the caller installed the handlers earlier.
+    the stop request already receiving signals, if the caller installed the handlers earlier;
+    `on_hang(step, reason)` runs when the watchdog finds the loop stuck, just before the process
+    ends (a Slurm task requeues the job there).
     """
     stop = stop or install_stop_handlers()
     info = info or RankInfo.from_env()
@@ -73,9 +80,10 @@ def run(
     loop: _Loop | None = None
     try:
         comm = Comm(info, cfg.cluster.backend, cfg.cluster.collective_timeout_s)
-        loop = _Loop(cfg, run_dir, comm, events, stop)
+        loop = _Loop(cfg, run_dir, comm, events, stop, on_hang or (lambda step, reason: None))
         code = loop.run()
-        return RunOutcome(code, loop.progress.step, stop.signal_name if code == ExitCode.RESUME else None)
+        return RunOutcome(code, loop.progress.step, stop.signal_name if code == ExitCode.RESUME else None,
+                          error=loop.gave_up)
     except Exception as e:  # noqa: BLE001 - recorded in the ledger, then reported by exit status
         step = loop.progress.step if loop else None
         error = f"{type(e).__name__}: {e}"
@@ -88,7 +96,8 @@ def run(
 
 
 class _Loop:
-    def __init__(self, cfg: Config, run_dir: Path, comm: Comm, events: EventLog, stop: StopRequest) -> None:
+    def __init__(self, cfg: Config, run_dir: Path, comm: Comm, events: EventLog, stop: StopRequest,
+                 on_hang: Callable[[int, str], None]) -> None:
         self.cfg, self.run_dir, self.comm, self.events, self.stop = cfg, run_dir, comm, events, stop
         t = cfg.train
         threads = t.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or \
@@ -104,7 +113,13 @@ class _Loop:
         self.metrics = MetricsFile(run_dir / "metrics.jsonl") if comm.rank == 0 else None
         self.progress = Progress()
         self.identity = rundir.read_identity(run_dir)
-        self.faults = FaultInjector(cfg.fault, comm.rank)
+        history = read_events(run_dir / "events.jsonl")
+        self.rollbacks = sum(1 for e in history if e["event"] == "rollback")
+        self.faults = FaultInjector(cfg.fault, comm.rank, hung_before=any(e["event"] == "hang" for e in history))
+        self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
+        self.watchdog = Watchdog(cfg.monitor, run_dir / "logs", events, comm.rank, on_hang, ExitCode.FAILED)
+        self.gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
+        self.gave_up: str | None = None
 
     def run(self) -> ExitCode:
         cfg, comm = self.cfg, self.comm
@@ -113,45 +128,126 @@ class _Loop:
             log.info("model %s: %.2fM parameters, %d rank(s), global batch %d x %d tokens",
                      cfg.model.name, num_parameters(self.model) / 1e6, comm.world_size,
                      cfg.data.global_batch_size, cfg.data.seq_len)
-        if comm.rank == 0:
             self.events.emit("start", 0, world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename)
-        self._resume()
-        while self.progress.step < cfg.train.max_steps:
-            self.faults.before_step(self.progress.step + 1)
-            result = self.trainer.step(self.sampler.next_batch())
-            self._advance(result)
-            stop_flag, time_flag = comm.max_floats(
-                [1.0 if self.stop.requested else 0.0, 1.0 if comm.rank == 0 and self.checkpointer.time_due() else 0.0]
-            )
-            step = self.progress.step
-            if stop_flag and step < cfg.train.max_steps:
-                return self._stop_on_request()
-            reason = self.checkpointer.step_reason(step) or ("time" if time_flag else None)
-            if reason and step < cfg.train.max_steps:
-                self.checkpointer.save(step, self._snapshot(reason), reason)
-        if cfg.checkpoint.save_final:
-            self.checkpointer.save(self.progress.step, self._snapshot("final"), "final")
+        if cfg.monitor.enabled:
+            self.watchdog.start()
+            self.gpu.start()
+        try:
+            self._resume()
+            while self.progress.step < cfg.train.max_steps:
+                code = self._step()
+                if code is not None:
+                    return code
+            if cfg.checkpoint.save_final:
+                self.checkpointer.save(self.progress.step, self._snapshot("final"), "final")
+        finally:
+            self.watchdog.stop()
+            self.gpu.stop()
         if comm.rank == 0:
             self.events.emit("finish", self.progress.step, tokens_seen=self.progress.tokens_seen)
             log.info("finished at step %d; run directory: %s", self.progress.step, self.run_dir)
         return ExitCode.DONE
 
+    def _step(self) -> ExitCode | None:
+        """One step, then its consequences in order: anomaly, stop request, save policy."""
+        cfg, comm = self.cfg, self.comm
+        step = self.progress.step + 1
+        start = time.perf_counter()
+        position = self.sampler.state.samples_consumed
+        batch = self.sampler.next_batch()
+        wait = time.perf_counter() - start
+        self.faults.before_step(step)
+        poison = self.faults.poisons(step, position, cfg.data.global_batch_size)
+        before_train = time.perf_counter()
+        result = self.trainer.step(batch, poison=poison)
+        step_s = time.perf_counter() - start
+        # One small all-reduce per step: the stop flag, rank 0's time-policy verdict, and every
+        # rank's compute and data-wait times (a sum of one-hot vectors is an all-gather).
+        w, r = comm.world_size, comm.rank
+        synced = comm.sum_floats(
+            [1.0 if self.stop.requested else 0.0, 1.0 if r == 0 and self.checkpointer.time_due() else 0.0]
+            + _one_hot(w, r, before_train - start + result.compute_s) + _one_hot(w, r, wait)
+        )
+        self._advance(result, step_s, wait)
+        self.watchdog.beat(step, step_s)
+        if self.monitor:
+            obs = Observation(step, result.loss, result.grad_norm, result.tokens / step_s,
+                              cfg.data.global_batch_size / step_s, tuple(synced[2:2 + w]), tuple(synced[2 + w:]),
+                              dict(self.gpu.latest))
+            code = self._judge(self.monitor.observe(obs))
+            if code is not None or self.progress.step < step:  # stopped, or rolled back
+                return code
+        if synced[0] and step < cfg.train.max_steps:
+            return self._stop_on_request()
+        reason = self.checkpointer.step_reason(step) or ("time" if synced[1] else None)
+        if reason and step < cfg.train.max_steps:
+            self.checkpointer.save(step, self._snapshot(reason), reason)
+        return None
+
+    def _judge(self, findings: list[Finding]) -> ExitCode | None:
+        """Record each finding; roll back, stop, or carry on. Only global signals (loss, gradient
+        norm) may act, so every rank reaches the same decision without talking."""
+        if not findings:
+            return None
+        step = self.progress.step
+        decision = on_findings((f.kind for f in findings), self.cfg.monitor.rollback_on, self.rollbacks,
+                               self.cfg.monitor.max_rollbacks)
+        for f in findings:
+            # GPU findings are this rank's own; the rest are the same on every rank: rank 0 records them.
+            if self.comm.rank == 0 or f.kind.startswith("gpu_"):
+                acts = f.kind in self.cfg.monitor.rollback_on
+                self.events.emit("anomaly", step, kind=f.kind, message=f.message, evidence=f.evidence,
+                                 action=decision.action if acts else "report")
+        if decision.action == ROLLBACK:
+            self._rollback(step, decision.reason)
+        elif decision.action == GIVE_UP:
+            self.gave_up = decision.reason
+            if self.comm.rank == 0:
+                self.events.emit("gave_up", step, reason=decision.reason)
+                log.error("giving up: %s", decision.reason)
+            return ExitCode.GAVE_UP
+        return None
+
+    def _rollback(self, anomaly_step: int, reason: str) -> None:
+        """Back to the newest checkpoint before the anomaly, past the data window that led to it."""
+        cfg, comm = self.cfg, self.comm
+        restored = self._load_newest(before_step=anomaly_step)
+        if restored is None:
+            self.progress = Progress()
+            self.sampler.state.samples_consumed = 0
+        else:
+            self._restore_progress(restored.train_state)
+        checkpoint = str(restored.path) if restored else None
+        self.rollbacks += 1
+        g = cfg.data.global_batch_size
+        restored_step = self.progress.step
+        skip = max(cfg.monitor.rollback_skip_batches, anomaly_step - restored_step)
+        first = self.sampler.state.samples_consumed
+        self.sampler.state.samples_consumed = first + skip * g
+        if cfg.monitor.rollback_lr_factor != 1.0:
+            # The scheduler's base LRs are saved with every checkpoint, so the lower LR persists.
+            self.scheduler.base_lrs = [lr * cfg.monitor.rollback_lr_factor for lr in self.scheduler.base_lrs]
+            for group in self.optimizer.param_groups:
+                group["lr"] *= cfg.monitor.rollback_lr_factor
+        self.checkpointer.restart_clock(restored_step)
+        self.watchdog.beat(restored_step, None)
+        if self.metrics:
+            self.metrics.truncate_after(restored_step)
+        if comm.rank == 0:
+            self.events.emit(
+                "rollback", restored_step, reason=reason, anomaly_step=anomaly_step, checkpoint=checkpoint,
+                skipped_batches=skip, skipped_positions=[first, first + skip * g],
+                skipped_samples=self.sampler.stream.indices(first, skip * g), lr_scale=cfg.monitor.rollback_lr_factor,
+            )
+            log.warning("rolled back from step %d to %d, skipping %d batches: %s", anomaly_step, restored_step,
+                        skip, reason)
+
     def _resume(self) -> None:
-        outcome = resume(self.run_dir / "checkpoints", self.comm, self.model, self.optimizer, self.scheduler,
-                         self.cfg.checkpoint.io_threads)
-        if self.comm.rank == 0:
-            for path, reason in outcome.skipped:
-                self.events.emit("checkpoint_skipped", None, path=str(path), reason=reason)
-        if outcome.touched_state:
-            init_weights_(self.model, self.cfg.model, self.cfg.train.seed)
-            self.optimizer.state.clear()
-        restored = outcome.restored
+        restored = self._load_newest()
         if restored is None:
             self.checkpointer.restart_clock(0)
             return
-        ts = restored.train_state
-        self.progress = Progress(ts["step"], ts["tokens_seen"], ts["train_seconds"])
-        self.sampler.state.samples_consumed = ts["samples_consumed"]
+        self._restore_progress(restored.train_state)
         self.checkpointer.restart_clock(self.progress.step)
         if self.metrics:
             self.metrics.truncate_after(self.progress.step)
@@ -160,20 +256,40 @@ class _Loop:
                              has_optimizer=restored.has_optimizer)
             log.info("resumed from %s (step %d)", restored.path, self.progress.step)
 
-    def _advance(self, r: StepResult) -> None:
+    def _load_newest(self, before_step: int | None = None) -> Restored | None:
+        """Load the newest valid checkpoint (of a step before `before_step`); without one, the state
+        is what a fresh start has, even if a damaged checkpoint was partly read on the way."""
+        outcome = resume(self.run_dir / "checkpoints", self.comm, self.model, self.optimizer, self.scheduler,
+                         self.cfg.checkpoint.io_threads, before_step=before_step)
+        if self.comm.rank == 0:
+            for path, reason in outcome.skipped:
+                self.events.emit("checkpoint_skipped", None, path=str(path), reason=reason)
+        if outcome.restored is None and (outcome.touched_state or before_step is not None):
+            cfg = self.cfg
+            init_weights_(self.model, cfg.model, cfg.train.seed)
+            self.optimizer.state.clear()
+            self.scheduler.load_state_dict(build_scheduler(self.optimizer, cfg.optim, cfg.train.max_steps).state_dict())
+        return outcome.restored
+
+    def _restore_progress(self, ts: dict[str, Any]) -> None:
+        self.progress = Progress(ts["step"], ts["tokens_seen"], ts["train_seconds"])
+        self.sampler.state.samples_consumed = ts["samples_consumed"]
+
+    def _advance(self, r: StepResult, step_s: float, wait_s: float) -> None:
         p = self.progress
         p.step += 1
         p.tokens_seen += r.tokens
-        p.train_seconds += r.seconds
+        p.train_seconds += step_s
         if self.metrics:
             self.metrics.append({
                 "step": p.step, "epoch": self.sampler.epoch, "loss": r.loss, "lr": r.lr, "grad_norm": r.grad_norm,
-                "tokens": r.tokens, "tokens_per_s": r.tokens / r.seconds,
-                "samples_per_s": self.cfg.data.global_batch_size / r.seconds, "step_seconds": r.seconds,
+                "tokens": r.tokens, "tokens_per_s": r.tokens / step_s,
+                "samples_per_s": self.cfg.data.global_batch_size / step_s, "step_seconds": step_s,
+                "data_wait_s": wait_s, **{f"gpu_{k}": v for k, v in self.gpu.latest.items()},
             })
         if self.comm.rank == 0 and (p.step % self.cfg.train.log_every_steps == 0 or p.step == 1):
             log.info("step %d/%d | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s",
-                     p.step, self.cfg.train.max_steps, r.loss, r.lr, r.grad_norm, r.tokens / r.seconds)
+                     p.step, self.cfg.train.max_steps, r.loss, r.lr, r.grad_norm, r.tokens / step_s)
 
     def _stop_on_request(self) -> ExitCode:
         step = self.progress.step
@@ -205,6 +321,12 @@ class _Loop:
                 layout.OPTIMIZER_META: optimizer_meta(self.optimizer, names),
             },
         )
+
+
+def _one_hot(size: int, index: int, value: float) -> list[float]:
+    out = [0.0] * size
+    out[index] = value
+    return out
 
 
 def _local_world(comm: Comm) -> int:

@@ -71,6 +71,7 @@ class Monitor:
         self.plateau_since = 0
         self.low_throughput_steps = 0
         self.gpu_conditions: set[str] = set()
+        self.slow: int | None = None
 
     def observe(self, o: Observation) -> list[Finding]:
         findings = [f for f in (
@@ -139,6 +140,7 @@ class Monitor:
         else:
             self.low_throughput_steps = 0
         self.gpu_conditions: set[str] = set()
+        self.slow: int | None = None
         if self.low_throughput_steps == c.throughput_drop_steps:
             return Finding("throughput_drop", o.step, f"tokens/s {o.tokens_per_s:.0f} below {c.throughput_drop_ratio:.0%} "
                            f"of the recent median {median:.0f} for {c.throughput_drop_steps} steps",
@@ -146,18 +148,23 @@ class Monitor:
         return None
 
     def _slow_rank(self, o: Observation) -> Finding | None:
+        """Reported when a rank becomes the slow one, not on every step it stays slow."""
         c = self.cfg
         times = o.rank_step_s
         if not c.slow_rank_factor or len(times) < 2:
             return None
         slowest = max(range(len(times)), key=lambda r: times[r])
         others = statistics.median(t for r, t in enumerate(times) if r != slowest)
-        if others > 0 and times[slowest] > c.slow_rank_factor * others:
-            return Finding("slow_rank", o.step, f"rank {slowest} took {times[slowest]:.3f}s, "
-                           f"{times[slowest] / others:.1f}x the others' {others:.3f}s",
-                           {"rank": slowest, "seconds": times[slowest], "others_median": others,
-                            "factor": c.slow_rank_factor})
-        return None
+        if not (others > 0 and times[slowest] > c.slow_rank_factor * others):
+            self.slow = None
+            return None
+        if self.slow == slowest:
+            return None
+        self.slow = slowest
+        return Finding("slow_rank", o.step, f"rank {slowest} took {times[slowest]:.3f}s, "
+                       f"{times[slowest] / others:.1f}x the others' {others:.3f}s",
+                       {"rank": slowest, "seconds": times[slowest], "others_median": others,
+                        "factor": c.slow_rank_factor})
 
     def _stall(self, o: Observation) -> Finding | None:
         c = self.cfg

@@ -16,9 +16,17 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from resilient_slurm.signals import install_stop_handlers
+
+if TYPE_CHECKING:
+    from resilient_slurm.events import EventLog
+    from resilient_slurm.recovery import Decision
+
+EXCLUDE_TTL_S = 24 * 3600.0
 
 
 class GaveUp(RuntimeError):
@@ -37,6 +45,7 @@ class SlurmTask:
         from resilient_slurm import job, recovery, rundir, slurm
         from resilient_slurm.distributed import RankInfo
         from resilient_slurm.events import EventLog, read_events
+        from resilient_slurm.exit_codes import ExitCode
 
         run_dir = Path(self.run_dir)
         env = slurm.SlurmEnv.from_env()
@@ -51,25 +60,52 @@ class SlurmTask:
         os.environ["LOCAL_WORLD_SIZE"] = str(env.local_ntasks)
         info = RankInfo(env.procid, env.ntasks, env.localid, slurm.node_address(env.nodes[0]),
                         slurm.master_port(env.job_id))
-        outcome = job.run(cfg, run_dir, info, context=env.context(), stop=stop)
 
-        history = read_events(run_dir / "events.jsonl")
-        decision = recovery.decide(outcome.code, outcome.signal, outcome.error, history, cfg.cluster.max_restarts)
+        def conclude(code: int, step: int | None, signal: str | None, error: str | None) -> recovery.Decision:
+            """Decide from the ledger and act: one task requeues (a second `scontrol requeue` would
+            restart the job twice) and records why."""
+            history = read_events(run_dir / "events.jsonl")
+            decision = recovery.decide(code, signal, error, history, cfg.cluster.max_restarts)
+            if decision.action in (recovery.REQUEUE, recovery.GIVE_UP) and _claim(run_dir, env.job_id, env.restart_count):
+                if decision.action == recovery.GIVE_UP:
+                    events.emit("gave_up", step, reason=decision.reason)
+                else:
+                    _requeue(env.job_id, decision, step, cfg.cluster.exclude_file, events)
+            return decision
+
+        def on_hang(step: int, reason: str) -> None:
+            conclude(ExitCode.FAILED, step, None, f"hang: {reason}")
+
+        outcome = job.run(cfg, run_dir, info, context=env.context(), stop=stop, on_hang=on_hang)
+        decision = conclude(outcome.code, outcome.step, outcome.signal, outcome.error)
         if decision.action == recovery.FINISH:
             return f"finished at step {outcome.step}"
-        # One task acts for the job: a second `scontrol requeue` would restart it twice.
-        acting = _claim(run_dir, env.job_id, env.restart_count)
-        if decision.action == recovery.REQUEUE and acting:
-            ok, message = slurm.requeue(env.job_id)
-            events.emit("requeue", outcome.step, reason=decision.reason, ok=ok,
-                        **({} if ok else {"error": message.strip()}))
-        elif decision.action == recovery.GIVE_UP:
-            if acting:
-                events.emit("gave_up", outcome.step, reason=decision.reason)
+        if decision.action == recovery.GIVE_UP:
             print(f"resilient_slurm: giving up: {decision.reason}", file=sys.stderr, flush=True)
             raise GaveUp(decision.reason)
         # Exit without a result: the job is requeued (or Slurm is ending it), so the run is not done.
         sys.exit(int(outcome.code))
+
+
+def _requeue(job_id: str, decision: Decision, step: int | None, exclude_file: str | None, events: EventLog) -> None:
+    from resilient_slurm import slurm
+    from resilient_slurm.health import exclude_list
+
+    ok, message = slurm.requeue(job_id)
+    record: dict[str, object] = {"reason": decision.reason, "ok": ok, **({} if ok else {"error": message.strip()})}
+    node = decision.exclude_node
+    if node:
+        excluded = [node]
+        if exclude_file:
+            exclude_list.add(exclude_file, node, reason=decision.reason, now=time.time(), job_id=job_id,
+                             ttl_s=EXCLUDE_TTL_S)
+            excluded = exclude_list.exclude_value(exclude_list.load(exclude_file), time.time()).split(",")
+        # Only a pending job takes ExcNodeList, which is what it is right after the requeue.
+        set_ok, set_message = slurm.set_excluded_nodes(job_id, sorted(set(excluded)))
+        record.update(exclude=sorted(set(excluded)), exclude_ok=set_ok)
+        if not set_ok:
+            record["exclude_error"] = set_message.strip()
+    events.emit("requeue", step, **record)
 
 
 def _claim(run_dir: Path, job_id: str, restart: int) -> bool:
@@ -87,7 +123,10 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m resilient_slurm.slurm_task RUN_DIR", file=sys.stderr)
         return 2
-    print(SlurmTask(argv[0])())
+    try:
+        print(SlurmTask(argv[0])())
+    except GaveUp:
+        return 70  # ExitCode.GAVE_UP: do not requeue
     return 0
 
 

@@ -27,6 +27,9 @@ class StepResult:
     target_tokens: int
     """Tokens the loss is taken over (responses, not prompts or padding)."""
     seconds: float
+    compute_s: float
+    """This rank's own forward and backward, between the collectives: where a slow GPU shows (the
+    collectives make every rank wait for the slowest, so the whole step time cannot tell which)."""
 
 
 class Trainer:
@@ -54,19 +57,24 @@ class Trainer:
             p.grad = self.flat_grad[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
 
-    def step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> StepResult:
+    def step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], poison: bool = False) -> StepResult:
+        """One optimizer step. `poison` (fault injection) makes the loss NaN, like a bad batch does."""
         start = time.perf_counter()
         local_targets = float(sum(int((t != IGNORE_INDEX).sum()) for _, t in micro_batches))
         local_inputs = float(sum(i.numel() for i, _ in micro_batches))
         global_tokens, global_inputs = self.comm.sum_floats([local_targets, local_inputs])
+        compute_start = time.perf_counter()
         self.flat_grad.zero_()
         loss_sum = torch.zeros((), dtype=torch.float64)
         self.model.train()
         for inputs, targets in micro_batches:
             inputs, targets = inputs.to(self.comm.device), targets.to(self.comm.device)
             micro_loss = token_loss_sum(self.model(inputs), targets)
+            if poison:
+                micro_loss = micro_loss * float("nan")
             (micro_loss / global_tokens).backward()
             loss_sum += micro_loss.detach().double().cpu()
+        compute_s = time.perf_counter() - compute_start
         self.comm.all_reduce_sum_(self.flat_grad)
         if self.grad_clip > 0:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip))
@@ -79,4 +87,5 @@ class Trainer:
         return StepResult(
             loss=total_loss / max(global_tokens, 1.0), grad_norm=grad_norm, lr=lr,
             tokens=int(global_inputs), target_tokens=int(global_tokens), seconds=time.perf_counter() - start,
+            compute_s=compute_s,
         )

@@ -53,14 +53,18 @@ def resume(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     io_threads: int,
+    before_step: int | None = None,
 ) -> ResumeOutcome:
+    """`before_step`: only checkpoints of earlier steps (a rollback past an anomaly)."""
     if comm.rank == 0:
         store.remove_partial_saves(root)
     comm.barrier()
     skipped: list[tuple[Path, str]] = []
     restored: Restored | None = None
     touched = False
-    for _step, path in store.list_step_dirs(root):
+    for step, path in store.list_step_dirs(root):
+        if before_step is not None and step >= before_step:
+            continue
         verdict = verify(path, checksums=False)
         reason = verdict.reason
         result: Restored | None = None

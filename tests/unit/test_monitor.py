@@ -105,3 +105,10 @@ def test_findings_carry_their_evidence():
 )
 def test_hang_timeout_derives_from_step_time_with_a_floor(recent, expected):
     assert hang_timeout_s(recent, MonitorConfig()) == expected
+
+
+def test_slow_rank_is_reported_when_it_starts_not_every_step():
+    m = Monitor(CFG)
+    slow = [[f.kind for f in m.observe(obs(i, ranks=r))] for i, r in enumerate(
+        [(0.1, 0.3), (0.1, 0.3), (0.1, 0.1), (0.1, 0.3), (0.3, 0.1)], start=1)]
+    assert slow == [["slow_rank"], [], [], ["slow_rank"], ["slow_rank"]]
