@@ -98,7 +98,7 @@ def classify(streak: list[list[Failure]]) -> tuple[str, str, str | None] | None:
     if len(signatures) == 1:
         error, step = next(iter(signatures))
         where = f" on nodes {', '.join(nodes)}" if len(nodes) > 1 else f" on node {nodes[0]}" if nodes else ""
-        return "code_bug", f"code bug: the same failure at step {step} on every attempt{where}: {error}", None
+        return "code_bug", f"code bug: the same failure after step {step} on every attempt{where}: {error}", None
     common = set.intersection(*({f.node for f in attempt if f.node} for attempt in origins))
     if len(common) == 1:
         node = common.pop()
@@ -164,12 +164,16 @@ def restart_cause(history: list[dict[str, Any]], current: tuple[str, int]) -> st
         return "first start"
     last_key = attempt_key(previous[-1])
     last = [e for e in previous if attempt_key(e) == last_key]
-    for e in reversed(last):
-        if e["event"] in ("requeue", "gave_up"):
-            return e["reason"]
+    # The job's own decision explains best; then a stop; then the failure (ranks may log after it).
+    for kinds in (("requeue", "gave_up"), ("stop",), FAILURE_EVENTS):
+        found = [e for e in last if e["event"] in kinds]
+        if not found:
+            continue
+        e = found[-1]
         if e["event"] == "stop":
             signals = [s["signal"] for s in last if s["event"] == "signal"]
             return f"stopped by {signals[0] if signals else 'a stop request'} at step {e['step']}"
         if e["event"] in FAILURE_EVENTS:
             return f"{'hung' if e['event'] == 'hang' else 'crashed'} at step {e['step']}: {_short(_failure_text(e))}"
+        return e["reason"]
     return "the previous attempt ended without a trace (killed, or its node failed)"

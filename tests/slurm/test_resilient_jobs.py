@@ -111,12 +111,32 @@ def test_the_same_crash_every_attempt_stops_after_the_restart_budget(slurm_clust
     assert wait_for_end(job, rdir, 240) == "FAILED", describe(job, rdir)
 
     ev = events(rdir)
-    assert [e["restart"] for e in attempts(ev)] == [0, 1, 2, 3]
     (gave_up,) = [e for e in ev if e["event"] == "gave_up"]
-    assert "3 consecutive failures without progress exceed the restart budget of 2" in gave_up["reason"]
-    assert "injected failure at step 12" in gave_up["reason"]
+    assert "code bug: the same failure after step 11 on every attempt" in gave_up["reason"]
+    assert "InjectedFault: injected failure at step 12" in gave_up["reason"]
+    restarts = [e["restart"] for e in attempts(ev)]
+    # Out of budget after 3 failures, or sooner once the same failure was seen on two nodes.
+    assert restarts == list(range(len(restarts))) and 2 <= len(restarts) <= 4
     log = (rdir / "slurm" / f"{job}_0_log.err").read_text()
-    assert "giving up: 3 consecutive failures" in log
+    assert "giving up: " in log and "code bug" in log
+
+
+def test_an_injected_hang_is_ended_requeued_and_finishes(slurm_cluster, tmp_path):
+    ref = reference(tmp_path, "ref", 2)
+    job = submit(tmp_path, "hung", *TWO_NODES, "cluster.time_min=10", "fault.hang_at_step=70",
+                 "monitor.hang_floor_s=5", "monitor.hang_first_step_s=120")
+    rdir = run_dir(tmp_path, "hung")
+    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    hangs = [e for e in ev if e["event"] == "hang"]
+    assert hangs and hangs[0]["step"] == 69
+    assert {e["rank"] for e in ev if e["event"] in ("hang", "stacks_dumped")} == {0, 1}
+    (requeue,) = [e for e in ev if e["event"] == "requeue"]
+    assert "hang: no step completed" in requeue["reason"] and requeue["ok"]
+    assert [e["restart"] for e in attempts(ev)] == [0, 1]
+    assert attempts(ev)[1]["cause"] == requeue["reason"]
+    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
 
 
 def test_a_two_point_sweep_submits_two_resilient_jobs(slurm_cluster, tmp_path):

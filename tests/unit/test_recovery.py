@@ -1,7 +1,7 @@
 import pytest
 
 from resilient_slurm.recovery import (
-    EXIT, FINISH, GIVE_UP, REQUEUE, decide, failures_without_progress, restart_cause,
+    EXIT, FINISH, GIVE_UP, REQUEUE, Failure, classify, decide, failures_without_progress, on_findings, restart_cause,
 )
 
 
@@ -70,3 +70,59 @@ def test_restart_cause_names_how_the_previous_attempt_ended():
     assert restart_cause(attempt(0, saves=[10]), ("7", 1)).startswith("the previous attempt ended without a trace")
     assert restart_cause(attempt(0, crash=True), ("7", 1)) == "crashed at step 12: ValueError: boom"
     assert restart_cause([], ("7", 0)) == "first start"
+
+
+def test_restart_cause_prefers_the_jobs_decision_over_later_failure_lines():
+    h = attempt(0, saves=[10]) + [ev("hang", 0, 69, reason="no step completed for 5s"),
+                                  ev("requeue", 0, 69, reason="requeued after a hang"),
+                                  ev("crash", 0, 69, error="RuntimeError: Connection closed by peer")]
+    assert restart_cause(h, ("7", 1)) == "requeued after a hang"
+
+
+@pytest.mark.parametrize(
+    "streak, kind, node",
+    [
+        # the same failure after the same step, on two nodes: a code bug
+        ([[Failure(11, "ValueError: x", "n1")], [Failure(11, "ValueError: x", "n2")]], "code_bug", None),
+        # peers that lost the failing rank do not hide the origin
+        ([[Failure(11, "ValueError: x", "n1"), Failure(11, "RuntimeError: Connection closed by peer", "n2")],
+          [Failure(11, "ValueError: x", "n3"), Failure(11, "RuntimeError: gloo timeout", "n1")]], "code_bug", None),
+        # different failures that follow one node: hardware
+        ([[Failure(40, "RuntimeError: CUDA error: an illegal memory access", "n2")],
+          [Failure(12, "RuntimeError: CUDA error: unspecified launch failure", "n2")]], "node", "n2"),
+        # different failures on different nodes: nothing to conclude
+        ([[Failure(40, "A", "n1")], [Failure(12, "B", "n2")]], None, None),
+        # one failure is not a pattern
+        ([[Failure(11, "ValueError: x", "n1")]], None, None),
+    ],
+)
+def test_classify(streak, kind, node):
+    got = classify(streak)
+    assert (got[0] if got else None) == kind
+    assert (got[2] if got else None) == node
+
+
+def test_decide_stops_a_code_bug_seen_on_two_nodes_before_the_budget_is_spent():
+    h = [ev("crash", 0, 11, error="ValueError: x", node="n1"), ev("crash", 1, 11, error="ValueError: x", node="n2")]
+    d = decide(1, None, "ValueError: x", h, max_restarts=5)
+    assert d.action == GIVE_UP and "code bug" in d.reason and "n1, n2" in d.reason
+
+
+def test_decide_requeues_without_a_node_its_failures_follow():
+    h = [ev("crash", 0, 40, error="CUDA error A", node="n2"), ev("crash", 1, 12, error="CUDA error B", node="n2")]
+    d = decide(1, None, "CUDA error B", h, max_restarts=5)
+    assert d.action == REQUEUE and d.exclude_node == "n2" and "follow node n2" in d.reason
+
+
+@pytest.mark.parametrize(
+    "kinds, done, action",
+    [
+        (["loss_plateau"], 0, "report"),
+        (["loss_nan"], 0, "rollback"),
+        (["loss_spike", "throughput_drop"], 2, "rollback"),
+        (["loss_nan"], 3, "give_up"),
+        ([], 0, "report"),
+    ],
+)
+def test_on_findings(kinds, done, action):
+    assert on_findings(kinds, ["loss_nan", "loss_spike"], done, 3).action == action
