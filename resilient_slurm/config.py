@@ -210,6 +210,27 @@ class MonitorConfig:
 
 
 @dataclass
+class HealthConfig:
+    """The job's own node-health checks (resilient_slurm/health_watch.py), in Slurm jobs."""
+
+    preflight: bool = True
+    """Check each node before training starts; a node that fails is refused and the job requeued without it."""
+    check_every_s: float = 60.0
+    """Check again this often while training (0: only at start)."""
+    kernel_log: str | None = None
+    """Read this file instead of the kernel log (/dev/kmsg); "%n" becomes the node name
+    (as in Slurm's own file patterns)."""
+    expect_gpus: int | None = None
+    """GPUs each node must show (NVML); null: cluster.gpus_per_node when it is set."""
+    drain: bool = False
+    """Also drain a failing node with scontrol (needs Slurm operator rights; the Epilog does it otherwise)."""
+    exclude_ttl_h: float = 24.0
+    """How long a failing node stays on the exclude list (cluster.exclude_file)."""
+    timeout_s: float = 30.0
+    """A check that has not finished by then counts as a failed node, never a pass."""
+
+
+@dataclass
 class FaultConfig:
     """Fault injection for tests and drills; everything off by default."""
 
@@ -236,6 +257,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
 
 
@@ -326,6 +348,8 @@ def validate(cfg: Config) -> list[str]:
          f"cluster.signal_lead_s: {k.signal_lead_s} must be positive and below cluster.time_min*60")
     need(k.max_restarts >= 0, "cluster.max_restarts: must be >= 0")
     need(k.gpus_per_node >= 0, "cluster.gpus_per_node: must be >= 0")
+    need(cfg.health.check_every_s >= 0 and cfg.health.timeout_s > 0 and cfg.health.exclude_ttl_h > 0,
+         "health: check_every_s must be >= 0, timeout_s and exclude_ttl_h > 0")
     mon = cfg.monitor
     unknown_kinds = sorted(set(mon.rollback_on) - set(FINDINGS))
     need(not unknown_kinds, f"monitor.rollback_on: unknown finding(s) {', '.join(unknown_kinds)}; use {', '.join(FINDINGS)}")

@@ -293,12 +293,13 @@ class _Loop:
 
     def _stop_on_request(self) -> ExitCode:
         step = self.progress.step
-        if self.stop.requested:
+        if self.stop.signum is not None:
             self.events.emit("signal", step, signal=self.stop.signal_name,
                              received=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.stop.received_at)))
         result = self.checkpointer.save(step, self._snapshot("emergency"), "emergency")
         if self.comm.rank == 0:
-            self.events.emit("stop", step, reason="stop requested", checkpoint=str(result.path) if result else None)
+            why = self.stop.reason or self.stop.signal_name or "stop requested"
+            self.events.emit("stop", step, reason=why, checkpoint=str(result.path) if result else None)
             log.info("stopped at step %d after a stop request; launch again to resume", step)
         return ExitCode.RESUME
 

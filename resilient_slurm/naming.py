@@ -22,7 +22,7 @@ _ABBREVIATIONS = {
     "cluster.ranks": "ranks",
 }
 # Overrides of where or how a run executes, not what it computes: never part of a variant.
-_PLACEMENT = ("run.", "cluster.", "checkpoint.", "monitor.", "fault.", "hydra.", "hydra/", "train.log_every_steps",
+_PLACEMENT = ("run.", "cluster.", "checkpoint.", "monitor.", "health.", "fault.", "hydra.", "hydra/", "train.log_every_steps",
               "train.threads")
 # Group choices the name already spells (model, task) or that do not change what is computed.
 _NAMED_GROUPS = ("experiment", "model", "data", "cluster", "checkpoint")

@@ -34,8 +34,8 @@ class Decision:
     action: str
     """finish | requeue | exit (leave it to Slurm) | give_up | rollback | report"""
     reason: str
-    exclude_node: str | None = None
-    """Requeue without this node: the failures follow it."""
+    exclude_nodes: tuple[str, ...] = ()
+    """Requeue without these nodes: they failed a health check, or the failures follow them."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,12 @@ def decide(code: int, signal: str | None, error: str | None, history: list[dict[
     `history` includes this attempt's own failure events."""
     if code == 0:
         return Decision(FINISH, "training finished")
+    unhealthy = unhealthy_nodes(history)
+    if unhealthy:
+        # The node's fault, not the job's: no restart budget is used.
+        why = "; ".join(f"{node}: {reason}" for node, reason in unhealthy.items())
+        return Decision(REQUEUE, f"failed node health check ({why}); requeued without it",
+                        exclude_nodes=tuple(unhealthy))
     if code == 75:
         if signal in WARNING_SIGNALS:
             return Decision(REQUEUE, f"{signal}: time-limit warning or preemption notice; saved and requeued")
@@ -133,8 +139,17 @@ def decide(code: int, signal: str | None, error: str | None, history: list[dict[
                                  f"of {max_restarts}{why}; last: {error}")
     if kind and kind[0] == "node":
         return Decision(REQUEUE, f"failure {failures} without progress (budget {max_restarts}); {kind[1]}: "
-                                 f"requeued without it", exclude_node=kind[2])
+                                 f"requeued without it", exclude_nodes=(kind[2],) if kind[2] else ())
     return Decision(REQUEUE, f"failure {failures} without progress (budget {max_restarts} restarts): {error}")
+
+
+def unhealthy_nodes(history: list[dict[str, Any]]) -> dict[str, str]:
+    """Nodes the latest attempt found unhealthy (`node_unhealthy` events), with the reasons."""
+    keys = [k for e in history if (k := attempt_key(e)) is not None]
+    if not keys:
+        return {}
+    return {e["bad_node"]: e["reason"] for e in history
+            if e["event"] == "node_unhealthy" and attempt_key(e) == keys[-1]}
 
 
 def on_findings(kinds: Iterable[str], rollback_on: Iterable[str], rollbacks_done: int, max_rollbacks: int) -> Decision:

@@ -28,7 +28,7 @@ from resilient_slurm.naming import run_name
 CONFIG = "config.yaml"
 RUN_META = "run.json"
 # Keys that may differ between launches of the same run: placement, saving and logging.
-MUTABLE_PREFIXES = ("run.", "cluster.", "checkpoint.", "monitor.", "fault.", "train.log_every_steps", "train.threads")
+MUTABLE_PREFIXES = ("run.", "cluster.", "checkpoint.", "monitor.", "health.", "fault.", "train.log_every_steps", "train.threads")
 
 
 def run_dir_for(cfg: Config, overrides: list[str], today: date | None = None) -> Path:

@@ -18,11 +18,19 @@ STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
 class StopRequest:
     signum: int | None = None
     received_at: float | None = None
-    """time.time() when the first stop signal arrived."""
+    """time.time() when the first stop signal (or request) arrived."""
+    reason: str | None = None
+    """Why the job itself asked to stop (a failing node), when no signal did."""
 
     @property
     def requested(self) -> bool:
-        return self.signum is not None
+        return self.signum is not None or self.reason is not None
+
+    def request(self, reason: str) -> None:
+        """A stop asked for by the job itself, from any thread: same handling as a signal."""
+        if not self.requested:
+            self.reason = reason
+            self.received_at = time.time()
 
     @property
     def signal_name(self) -> str | None:

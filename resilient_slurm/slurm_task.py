@@ -46,6 +46,7 @@ class SlurmTask:
         from resilient_slurm.distributed import RankInfo
         from resilient_slurm.events import EventLog, read_events
         from resilient_slurm.exit_codes import ExitCode
+        from resilient_slurm.health_watch import NodeHealthWatch
 
         run_dir = Path(self.run_dir)
         env = slurm.SlurmEnv.from_env()
@@ -76,7 +77,20 @@ class SlurmTask:
         def on_hang(step: int, reason: str) -> None:
             conclude(ExitCode.FAILED, step, None, f"hang: {reason}")
 
-        outcome = job.run(cfg, run_dir, info, context=env.context(), stop=stop, on_hang=on_hang)
+        # One health checker per node; before training, a failing node is refused outright.
+        watch = NodeHealthWatch(cfg, run_dir, env.nodename, env.job_id, events) if env.localid == 0 else None
+        if watch and cfg.health.preflight:
+            refused = watch.check()
+            if refused:
+                conclude(ExitCode.RESUME, None, None, refused)
+                sys.exit(int(ExitCode.RESUME))
+        if watch:
+            watch.start(stop)
+        try:
+            outcome = job.run(cfg, run_dir, info, context=env.context(), stop=stop, on_hang=on_hang)
+        finally:
+            if watch:
+                watch.stop()
         decision = conclude(outcome.code, outcome.step, outcome.signal, outcome.error)
         if decision.action == recovery.FINISH:
             return f"finished at step {outcome.step}"
@@ -93,12 +107,12 @@ def _requeue(job_id: str, decision: Decision, step: int | None, exclude_file: st
 
     ok, message = slurm.requeue(job_id)
     record: dict[str, object] = {"reason": decision.reason, "ok": ok, **({} if ok else {"error": message.strip()})}
-    node = decision.exclude_node
-    if node:
-        excluded = [node]
+    if decision.exclude_nodes:
+        excluded = list(decision.exclude_nodes)
         if exclude_file:
-            exclude_list.add(exclude_file, node, reason=decision.reason, now=time.time(), job_id=job_id,
-                             ttl_s=EXCLUDE_TTL_S)
+            for node in decision.exclude_nodes:
+                exclude_list.add(exclude_file, node, reason=decision.reason, now=time.time(), job_id=job_id,
+                                 ttl_s=EXCLUDE_TTL_S)
             excluded = exclude_list.exclude_value(exclude_list.load(exclude_file), time.time()).split(",")
         # Only a pending job takes ExcNodeList, which is what it is right after the requeue.
         set_ok, set_message = slurm.set_excluded_nodes(job_id, sorted(set(excluded)))

@@ -99,7 +99,7 @@ def _request(args: argparse.Namespace, env: Mapping[str, str], context: str, nod
         node,
         job_id=args.job_id or env.get("SLURM_JOB_ID") or None,
         restart_count=restart_count_from_env(env) if args.restart_count is None else args.restart_count,
-        kernel_log=args.kernel_log,
+        kernel_log=args.kernel_log.replace("%n", node) if args.kernel_log else None,
         source=args.source,
         state_dir=state_dir,
         catalog=_catalog(args.catalog_overrides),
@@ -184,7 +184,8 @@ def _scan_parser() -> argparse.ArgumentParser:
         "exit 0 if it stays in service, 1 if it must go out, 2 on usage errors, 3 if the scan failed.",
         epilog="Exclude list: xid_scan exclude {list,add,clear,render} --file FILE (see xid_scan exclude -h).",
     )
-    p.add_argument("--kernel-log", metavar="FILE", help="read this file instead of the system kernel log")
+    p.add_argument("--kernel-log", metavar="FILE",
+                   help="read this file instead of the system kernel log; %%n becomes the node name")
     p.add_argument(
         "--source",
         choices=("auto", "kmsg", "dmesg", "journal"),

@@ -111,7 +111,18 @@ def test_decide_stops_a_code_bug_seen_on_two_nodes_before_the_budget_is_spent():
 def test_decide_requeues_without_a_node_its_failures_follow():
     h = [ev("crash", 0, 40, error="CUDA error A", node="n2"), ev("crash", 1, 12, error="CUDA error B", node="n2")]
     d = decide(1, None, "CUDA error B", h, max_restarts=5)
-    assert d.action == REQUEUE and d.exclude_node == "n2" and "follow node n2" in d.reason
+    assert d.action == REQUEUE and d.exclude_nodes == ("n2",) and "follow node n2" in d.reason
+
+
+def test_decide_requeues_without_a_node_that_failed_its_health_check_and_spends_no_budget():
+    h = attempt(0, saves=[5], crash=True) + attempt(1, crash=True) + [
+        ev("node_unhealthy", 1, None, bad_node="n3", reason="Xid 79: GPU has fallen off the bus")]
+    d = decide(75, None, None, h, max_restarts=0)
+    assert d.action == REQUEUE and d.exclude_nodes == ("n3",)
+    assert "n3: Xid 79" in d.reason
+    # an earlier attempt's unhealthy node does not make a later failure a node problem
+    later = h + attempt(2, crash=True)
+    assert decide(1, None, "boom", later, max_restarts=5).exclude_nodes == ()
 
 
 @pytest.mark.parametrize(
