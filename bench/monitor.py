@@ -76,7 +76,7 @@ def main() -> None:
     med = statistics.median
     step_med = med(steps[False])
     cost = med(monitor_cost)
-    print(f"| measure | value |\n|---|---|")
+    print("| measure | value |\n|---|---|")
     print(f"| training step, monitoring off (median of {len(steps[False])}) | {step_med * 1e3:.1f} ms |")
     print(f"| training step, monitoring on (median of {len(steps[True])}) | {med(steps[True]) * 1e3:.1f} ms |")
     print(f"| monitoring work per step (median; p90) | {cost * 1e6:.0f} us; "

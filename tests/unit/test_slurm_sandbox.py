@@ -77,7 +77,7 @@ def test_conf_partitions_debug_default_high_preempts() -> None:
     rows = [line.split() for line in conf_lines() if line.startswith("PartitionName=")]
     partitions = {row[0]: row[1:] for row in rows}
     assert set(partitions) == {"PartitionName=debug", "PartitionName=high"}
-    debug, high = partitions["PartitionName=debug"], partitions["PartitionName=high"]
+    debug = partitions["PartitionName=debug"]
     assert "Default=YES" in debug and any(f.startswith("GraceTime=") for f in debug)
     tier = {name: int(next(f for f in fields if f.startswith("PriorityTier=")).split("=")[1])
             for name, fields in partitions.items()}

@@ -2,7 +2,6 @@
 
 import json
 import pickle
-from pathlib import Path
 
 import torch
 
