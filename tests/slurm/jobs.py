@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,11 +28,20 @@ def submit(root: Path, name: str, *overrides: str) -> str:
     return re.search(r"submitted job (\d+)", done.stdout).group(1)
 
 
-def reference(root: Path, name: str, ranks: int, *overrides: str) -> Path:
-    """The same training, uninterrupted, on this machine (no Slurm): what every resumed run must equal."""
-    code, out = finish(launch(root, name, f"cluster.ranks={ranks}", "train.threads=1", *overrides))
-    assert code == 0, out
-    return run_dir(root, name)
+_references: dict[tuple[int, tuple[str, ...]], Path] = {}
+
+
+def reference(ranks: int, *overrides: str) -> Path:
+    """The same training, uninterrupted, on this machine (no Slurm): what every resumed run must
+    equal. Run once per session for each (ranks, overrides) and shared by the tests that need it."""
+    key = (ranks, overrides)
+    if key not in _references:
+        root = Path(tempfile.mkdtemp(prefix="resilient-reference-"))
+        atexit.register(shutil.rmtree, root, True)
+        code, out = finish(launch(root, "ref", f"cluster.ranks={ranks}", "train.threads=1", *overrides))
+        assert code == 0, out
+        _references[key] = run_dir(root, "ref")
+    return _references[key]
 
 
 def job_state(job_id: str) -> dict[str, str]:

@@ -38,7 +38,7 @@ def node_states(state_dir):
 
 def test_xid_79_during_a_job_drains_and_excludes_the_node_and_the_job_finishes_elsewhere(slurm_cluster, tmp_path):
     state_dir = slurm_cluster.state_dir
-    ref = reference(tmp_path, "ref", 1)
+    ref = reference(1)
     job = submit(tmp_path, "xid79", *health_overrides(state_dir))
     rdir = run_dir(tmp_path, "xid79")
     wait_for_step(rdir, 40, 120)

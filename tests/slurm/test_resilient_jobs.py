@@ -26,7 +26,7 @@ def attempts(ev):
 
 def test_time_limit_warning_saves_requeues_and_resumes_bit_identical(slurm_cluster, tmp_path):
     steps = ["train.max_steps=400"]
-    ref = reference(tmp_path, "ref", 2, *steps)
+    ref = reference(2, *steps)
     # A 2-minute limit with a 30 s warning: the warning comes 60-90 s in, before 400 paced steps end.
     job = submit(tmp_path, "timed", *TWO_NODES, *steps, "cluster.time_min=2", "cluster.signal_lead_s=30",
                  "fault.step_sleep_s=0.25")
@@ -46,7 +46,7 @@ def test_time_limit_warning_saves_requeues_and_resumes_bit_identical(slurm_clust
 
 
 def test_scontrol_requeue_mid_run_resumes_bit_identical(slurm_cluster, tmp_path):
-    ref = reference(tmp_path, "ref", 2)
+    ref = reference(2)
     job = submit(tmp_path, "requeued", *TWO_NODES, "cluster.time_min=10", "fault.step_sleep_s=0.05")
     rdir = run_dir(tmp_path, "requeued")
     wait_for_step(rdir, 60, 120)
@@ -65,7 +65,7 @@ def test_scontrol_requeue_mid_run_resumes_bit_identical(slurm_cluster, tmp_path)
 
 def test_preemption_saves_within_grace_requeues_and_resumes_bit_identical(slurm_cluster, tmp_path):
     one_full_node = ["cluster.nodes=1", "cluster.cpus_per_task=2", "train.threads=1"]
-    ref = reference(tmp_path, "ref", 1)
+    ref = reference(1)
     job = submit(tmp_path, "preempted", *one_full_node, "cluster.time_min=10", "fault.step_sleep_s=0.05")
     rdir = run_dir(tmp_path, "preempted")
     wait_for_step(rdir, 40, 120)
@@ -86,7 +86,7 @@ def test_preemption_saves_within_grace_requeues_and_resumes_bit_identical(slurm_
 
 @pytest.mark.parametrize("victim", [0, 1])
 def test_a_killed_rank_ends_the_attempt_and_the_job_requeues_and_finishes(slurm_cluster, tmp_path, victim):
-    ref = reference(tmp_path, "ref", 2)
+    ref = reference(2)
     job = submit(tmp_path, "killed", *TWO_NODES, "cluster.time_min=10", "fault.step_sleep_s=0.05",
                  "cluster.max_restarts=2")
     rdir = run_dir(tmp_path, "killed")
@@ -122,7 +122,7 @@ def test_the_same_crash_every_attempt_stops_after_the_restart_budget(slurm_clust
 
 
 def test_an_injected_hang_is_ended_requeued_and_finishes(slurm_cluster, tmp_path):
-    ref = reference(tmp_path, "ref", 2)
+    ref = reference(2)
     job = submit(tmp_path, "hung", *TWO_NODES, "cluster.time_min=10", "fault.hang_at_step=70",
                  "monitor.hang_floor_s=5", "monitor.hang_first_step_s=120")
     rdir = run_dir(tmp_path, "hung")
@@ -156,7 +156,7 @@ def test_a_two_point_sweep_submits_two_resilient_jobs(slurm_cluster, tmp_path):
 
 
 def test_the_sbatch_template_requeued_once_finishes(slurm_cluster, tmp_path):
-    ref = reference(tmp_path, "ref", 2)
+    ref = reference(2)
     out = tmp_path / "job.out"
     job = slurm_cluster.run(
         "sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--time=10", f"--output={out}", f"--chdir={REPO}",
