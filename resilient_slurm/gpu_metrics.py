@@ -46,6 +46,12 @@ def read_sample(nvml: NvmlLike, handle: Any) -> dict[str, float]:
     return out
 
 
+def _import_nvml() -> NvmlLike:
+    import pynvml  # nvidia-ml-py: imported here, a heavy optional dependency of one adapter
+
+    return pynvml  # type: ignore[return-value]
+
+
 class GpuSampler:
     def __init__(self, device_index: int, interval_s: float, nvml: NvmlLike | None = None) -> None:
         self.device_index = device_index
@@ -56,10 +62,8 @@ class GpuSampler:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        nvml = self._nvml
         try:
-            if nvml is None:
-                import pynvml as nvml  # nvidia-ml-py
+            nvml = self._nvml or _import_nvml()
             nvml.nvmlInit()
             handle = nvml.nvmlDeviceGetHandleByIndex(self.device_index)
         except Exception as e:  # noqa: BLE001 - no driver, no GPU, no library: run without GPU metrics

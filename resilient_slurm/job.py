@@ -348,8 +348,18 @@ def _setup_logging(run_dir: Path, rank: int) -> None:
         handlers.append(logging.StreamHandler(sys.stdout))
     for h in handlers:
         h.setFormatter(fmt)
-        h.addFilter(lambda record: setattr(record, "rank", rank) or True)
+        h.addFilter(_RankFilter(rank))
         log.addHandler(h)
+
+
+class _RankFilter(logging.Filter):
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank = self.rank
+        return True
 
 
 def main(argv: list[str]) -> int:

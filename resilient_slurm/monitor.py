@@ -139,8 +139,6 @@ class Monitor:
             self.low_throughput_steps += 1
         else:
             self.low_throughput_steps = 0
-        self.gpu_conditions: set[str] = set()
-        self.slow: int | None = None
         if self.low_throughput_steps == c.throughput_drop_steps:
             return Finding("throughput_drop", o.step, f"tokens/s {o.tokens_per_s:.0f} below {c.throughput_drop_ratio:.0%} "
                            f"of the recent median {median:.0f} for {c.throughput_drop_steps} steps",

@@ -19,7 +19,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from resilient_slurm.config import Config, ConfigError, flatten, to_config, to_dict
 from resilient_slurm.events import utc_now
@@ -90,7 +90,10 @@ def load_config(run_dir: Path) -> Config:
     path = run_dir / CONFIG
     if not path.exists():
         raise ConfigError(f"{path}: no such file; launch the run with python -m resilient_slurm.launch first")
-    return to_config(OmegaConf.load(path))
+    loaded = OmegaConf.load(path)
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{path}: not a mapping; restore the run's config.yaml")
+    return to_config(loaded)
 
 
 def read_identity(run_dir: Path) -> dict[str, str]:

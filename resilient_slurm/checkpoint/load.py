@@ -117,6 +117,7 @@ def load_into(
 
     optim_files = _tensor_files(layout.OPTIMIZER, manifest, docs)
     # One pool over every file, so model and optimizer shards stream from disk at the same time.
+    jobs: list[tuple[str, Callable[[str, TensorInfo], torch.Tensor]]]
     jobs = [(f, model_target) for f in _tensor_files(layout.MODEL, manifest, docs)]
     jobs += [(f, optim_target) for f in optim_files]
     loaded = _load_files(path, manifest, jobs, io_threads)

@@ -18,6 +18,7 @@ import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -63,7 +64,8 @@ class FileDigest:
 
 def _bytes_view(t: torch.Tensor) -> memoryview:
     """The tensor's own memory as bytes (no copy)."""
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy()).cast("B")
+    array: Any = t.reshape(-1).view(torch.uint8).numpy()
+    return memoryview(array).cast("B")
 
 
 def build_header(tensors: list[tuple[str, torch.Tensor]], metadata: dict[str, str] | None = None) -> bytes:

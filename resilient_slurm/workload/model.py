@@ -84,6 +84,9 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)

@@ -80,13 +80,17 @@ def test_plateau_is_reported_once_per_window():
     assert kinds == [(36, "loss_plateau"), (66, "loss_plateau"), (96, "loss_plateau")]
 
 
-def test_gpu_conditions_are_reported_when_they_start_not_every_step():
+@pytest.mark.parametrize("history", [[], steady()], ids=["no history", "full history"])
+def test_gpu_conditions_are_reported_when_they_start_not_every_step(history):
     m = Monitor(CFG)
+    for o in history:
+        m.observe(o)
     hot = {"temperature_c": 90.0, "util_pct": 99.0}
-    assert [f.kind for f in m.observe(obs(1, gpu=hot))] == ["gpu_hot"]
-    assert m.observe(obs(2, gpu=hot)) == []
-    assert m.observe(obs(3, gpu={"temperature_c": 70.0, "util_pct": 99.0})) == []
-    assert [f.kind for f in m.observe(obs(4, gpu=hot))] == ["gpu_hot"]
+    n = len(history)
+    assert [f.kind for f in m.observe(obs(n + 1, gpu=hot))] == ["gpu_hot"]
+    assert m.observe(obs(n + 2, gpu=hot)) == []
+    assert m.observe(obs(n + 3, gpu={"temperature_c": 70.0, "util_pct": 99.0})) == []
+    assert [f.kind for f in m.observe(obs(n + 4, gpu=hot))] == ["gpu_hot"]
 
 
 def test_findings_carry_their_evidence():
@@ -107,8 +111,11 @@ def test_hang_timeout_derives_from_step_time_with_a_floor(recent, expected):
     assert hang_timeout_s(recent, MonitorConfig()) == expected
 
 
-def test_slow_rank_is_reported_when_it_starts_not_every_step():
+@pytest.mark.parametrize("history", [[], steady()], ids=["no history", "full history"])
+def test_slow_rank_is_reported_when_it_starts_not_every_step(history):
     m = Monitor(CFG)
+    for o in history:
+        m.observe(o)
     slow = [[f.kind for f in m.observe(obs(i, ranks=r))] for i, r in enumerate(
-        [(0.1, 0.3), (0.1, 0.3), (0.1, 0.1), (0.1, 0.3), (0.3, 0.1)], start=1)]
+        [(0.1, 0.3), (0.1, 0.3), (0.1, 0.1), (0.1, 0.3), (0.3, 0.1)], start=len(history) + 1)]
     assert slow == [["slow_rank"], [], [], ["slow_rank"], ["slow_rank"]]
