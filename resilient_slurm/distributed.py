@@ -82,18 +82,11 @@ class Comm:
         return tensor
 
     def sum_floats(self, values: list[float]) -> list[float]:
+        """Element-wise sum over ranks (a flag any rank raised is > 0; one-hot slots all-gather)."""
         if not self.distributed:
             return list(values)
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        return t.tolist()
-
-    def max_floats(self, values: list[float]) -> list[float]:
-        """Element-wise max over ranks: how every rank agrees on a flag any one rank raised."""
-        if not self.distributed:
-            return list(values)
-        t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return t.tolist()
 
     def all_gather_object(self, obj: Any) -> list[Any]:
