@@ -25,6 +25,12 @@ class RunConfig:
     """Experiment name (set by the `+experiment=` file)."""
     name: str | None = None
     """Run name; generated from the config when null. Launching an existing name resumes it."""
+    fork: bool = False
+    """Launching an existing name with a changed config starts a new run `<name>-forkN` whose record
+    names its parent, instead of refusing (the fork starts from scratch, not from the parent's weights)."""
+    baseline: str | None = None
+    """Name of the run (same experiment) this one is an ablation of: sets the wandb group
+    `ablation-<component>-<baseline>-vs-<variant>` from the keys that differ."""
 
 
 @dataclass
@@ -59,6 +65,7 @@ class DataConfig:
     num_samples: int = 100_000
     """Training samples per epoch (generated on demand from the seed, nothing is downloaded)."""
     val_samples: int = 256
+    """Size of the held-out split (its own seed stream, never trained on)."""
     min_items: int = 4
     max_items: int = 16
     """Length range of the item list each synthetic task operates on."""
@@ -159,6 +166,28 @@ class ClusterConfig:
 
 
 @dataclass
+class TrackingConfig:
+    mode: str = "offline"
+    """offline: wandb writes under the run directory and nothing leaves the machine (upload later
+    with `wandb sync`); online; disabled. WANDB_MODE can only make it more private, never less."""
+    project: str | None = None
+    """wandb project; null: the run's experiment name."""
+    entity: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EvalConfig:
+    every_steps: int = 0
+    """Evaluate on the held-out split every N steps and at the last step (0 = off)."""
+    exact_match_samples: int = 128
+    """Validation samples (of data.val_samples, which the validation loss covers) whose response
+    is decoded greedily and compared with the target."""
+    predictions: int = 8
+    """Rows (prompt, target, prediction) in each evaluation's table of sample predictions."""
+
+
+@dataclass
 class FaultConfig:
     """Fault injection for tests and drills; everything off by default."""
 
@@ -179,11 +208,14 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
 
 
 TASKS = ("copy", "reverse", "sort", "increment")
 DTYPES = ("float32", "bfloat16")
+TRACKING_MODES = ("offline", "online", "disabled")
 
 
 def to_config(cfg: DictConfig | dict[str, Any]) -> Config:
@@ -269,6 +301,14 @@ def validate(cfg: Config) -> list[str]:
     need(k.gpus_per_node >= 0, "cluster.gpus_per_node: must be >= 0")
     need(k.backend in ("auto", "gloo", "nccl"), f"cluster.backend: {k.backend!r}; use auto, gloo or nccl")
     need(k.collective_timeout_s > 0, "cluster.collective_timeout_s: must be > 0")
+    need(cfg.tracking.mode in TRACKING_MODES,
+         f"tracking.mode: {cfg.tracking.mode!r} unknown; use one of {', '.join(TRACKING_MODES)}")
+    need(cfg.run.baseline is None or _safe_name(cfg.run.baseline),
+         f"run.baseline: {cfg.run.baseline!r} is not a plain name; use the baseline run's name")
+    e = cfg.eval
+    need(e.every_steps >= 0, "eval.every_steps: must be >= 0 (0 = off)")
+    need(d.val_samples >= 1, "data.val_samples: must be >= 1")
+    need(e.exact_match_samples >= 0 and e.predictions >= 0, "eval: exact_match_samples and predictions must be >= 0")
     return p
 
 

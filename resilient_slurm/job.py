@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from resilient_slurm import rundir
+from resilient_slurm import record, rundir
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
 from resilient_slurm.checkpoint.load import resume
@@ -26,12 +26,15 @@ from resilient_slurm.checkpoint.state import (
 )
 from resilient_slurm.config import Config
 from resilient_slurm.distributed import Comm, RankInfo
+from resilient_slurm.evaluation import Evaluator
 from resilient_slurm.events import EventLog, utc_now
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.faults import FaultInjector
+from resilient_slurm.gpu_metrics import gpu_metrics
 from resilient_slurm.metrics import MetricsFile
 from resilient_slurm.optim import build_optimizer, build_scheduler
 from resilient_slurm.signals import StopRequest, install_stop_handlers
+from resilient_slurm.tracking import Table, open_tracker
 from resilient_slurm.train import StepResult, Trainer
 from resilient_slurm.workload.data import GlobalBatchSampler
 from resilient_slurm.workload.model import build_model, init_weights_, num_parameters
@@ -71,6 +74,7 @@ def run(
     _setup_logging(run_dir, info.rank)
     comm: Comm | None = None
     loop: _Loop | None = None
+    code = ExitCode.FAILED
     try:
         comm = Comm(info, cfg.cluster.backend, cfg.cluster.collective_timeout_s)
         loop = _Loop(cfg, run_dir, comm, events, stop)
@@ -83,6 +87,8 @@ def run(
         log.exception("rank %d crashed", info.rank)
         return RunOutcome(ExitCode.FAILED, step, error=error)
     finally:
+        if loop is not None:
+            loop.tracker.close(int(code))
         if comm is not None:
             comm.close()
 
@@ -105,6 +111,8 @@ class _Loop:
         self.progress = Progress()
         self.identity = rundir.read_identity(run_dir)
         self.faults = FaultInjector(cfg.fault, comm.rank)
+        self.evaluator = Evaluator(cfg, self.model, comm)
+        self.tracker = open_tracker(cfg, run_dir, comm.rank)
 
     def run(self) -> ExitCode:
         cfg, comm = self.cfg, self.comm
@@ -114,7 +122,9 @@ class _Loop:
                      cfg.model.name, num_parameters(self.model) / 1e6, comm.world_size,
                      cfg.data.global_batch_size, cfg.data.seq_len)
         if comm.rank == 0:
-            self.events.emit("start", 0, world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename)
+            self.events.emit("start", 0, world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
+                             process_started=record.process_started())
+            record.record_attempt(self.run_dir, comm.world_size)
         self._resume()
         while self.progress.step < cfg.train.max_steps:
             self.faults.before_step(self.progress.step + 1)
@@ -129,8 +139,11 @@ class _Loop:
             reason = self.checkpointer.step_reason(step) or ("time" if time_flag else None)
             if reason and step < cfg.train.max_steps:
                 self.checkpointer.save(step, self._snapshot(reason), reason)
+                self._commit(step)
         if cfg.checkpoint.save_final:
             self.checkpointer.save(self.progress.step, self._snapshot("final"), "final")
+        # Finished: no step can be redone any more, so all of them are final.
+        self.tracker.commit(self.progress.step)
         if comm.rank == 0:
             self.events.emit("finish", self.progress.step, tokens_seen=self.progress.tokens_seen)
             log.info("finished at step %d; run directory: %s", self.progress.step, self.run_dir)
@@ -165,15 +178,41 @@ class _Loop:
         p.step += 1
         p.tokens_seen += r.tokens
         p.train_seconds += r.seconds
+        row = {
+            "step": p.step, "epoch": self.sampler.epoch, "loss": r.loss, "lr": r.lr, "grad_norm": r.grad_norm,
+            "tokens": r.tokens, "tokens_per_s": r.tokens / r.seconds,
+            "samples_per_s": self.cfg.data.global_batch_size / r.seconds, "step_seconds": r.seconds,
+            **gpu_metrics(self.comm.device),
+        }
+        if self.evaluator.due(p.step):
+            row.update(self._evaluate(p.step))
         if self.metrics:
-            self.metrics.append({
-                "step": p.step, "epoch": self.sampler.epoch, "loss": r.loss, "lr": r.lr, "grad_norm": r.grad_norm,
-                "tokens": r.tokens, "tokens_per_s": r.tokens / r.seconds,
-                "samples_per_s": self.cfg.data.global_batch_size / r.seconds, "step_seconds": r.seconds,
-            })
+            self.metrics.append(row)
+        self.tracker.log(p.step, row)
         if self.comm.rank == 0 and (p.step % self.cfg.train.log_every_steps == 0 or p.step == 1):
             log.info("step %d/%d | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s",
                      p.step, self.cfg.train.max_steps, r.loss, r.lr, r.grad_norm, r.tokens / r.seconds)
+
+    def _evaluate(self, step: int) -> dict[str, Any]:
+        """Every rank evaluates its share; rank 0 gets the totals and the sample predictions."""
+        result = self.evaluator.run()
+        if result.predictions:
+            self.tracker.log(step, {"eval/predictions": Table(
+                ["step", "task", "prompt", "target", "prediction", "correct"],
+                [[step, q.task, q.prompt, q.target, q.prediction, q.correct] for q in result.predictions],
+            )})
+        out: dict[str, Any] = {"val_loss": result.val_loss, "eval_seconds": result.seconds}
+        if result.exact_match is not None:
+            out["exact_match"] = result.exact_match
+        if self.comm.rank == 0:
+            log.info("eval at step %d | val loss %.4f | exact match %s | %.1f s", step, result.val_loss,
+                     "-" if result.exact_match is None else f"{result.exact_match:.3f}", result.seconds)
+        return out
+
+    def _commit(self, step: int) -> None:
+        """Steps up to `step` are final once a checkpoint of `step` exists (saved just now or before)."""
+        if self.checkpointer.clock.last_save_step == step:
+            self.tracker.commit(step)
 
     def _stop_on_request(self) -> ExitCode:
         step = self.progress.step
@@ -181,6 +220,7 @@ class _Loop:
             self.events.emit("signal", step, signal=self.stop.signal_name,
                              received=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.stop.received_at)))
         result = self.checkpointer.save(step, self._snapshot("emergency"), "emergency")
+        self._commit(step)
         if self.comm.rank == 0:
             self.events.emit("stop", step, reason="stop requested", checkpoint=str(result.path) if result else None)
             log.info("stopped at step %d after a stop request; launch again to resume", step)
