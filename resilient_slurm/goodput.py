@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 
@@ -156,17 +157,17 @@ def account(events: list[dict[str, Any]], kept: list[dict[str, Any]], lost: list
             redone_s=sum(a.redone_s for a in attempts),
             save_s=sum(a.save_s for a in attempts),
             eval_s=sum(a.eval_s for a in attempts),
-            waiting_s=sum(max(0.0, b.begin_s - a.end_s) for a, b in zip(attempts, attempts[1:])),
+            waiting_s=sum(max(0.0, b.begin_s - a.end_s) for a, b in pairwise(attempts)),
         ),
         steps_done=max([r["step"] for r in kept] + [0]),
-        steps_lost=sum(max(0, a.last_step - b.resumed_from) for a, b in zip(attempts, attempts[1:])),
+        steps_lost=sum(max(0, a.last_step - b.resumed_from) for a, b in pairwise(attempts)),
         finished=bool(attempts) and attempts[-1].outcome == "finished",
         restarts_by_cause=dict(Counter(cause_label(a.cause) for a in attempts[1:] if a.cause)),
         last_checkpoint=({k: saves[-1].get(k) for k in ("step", "path", "reason")} if saves else None),
         marks=Marks(
             restarts=[(b.resumed_from, cause_label(b.cause or "")) for b in attempts[1:]],
             faults=[(a.last_step, a.outcome) for a in attempts[:-1] if not a.outcome.startswith("stopped")],
-            rollbacks=[(b.resumed_from, a.last_step) for a, b in zip(attempts, attempts[1:])
+            rollbacks=[(b.resumed_from, a.last_step) for a, b in pairwise(attempts)
                        if a.last_step > b.resumed_from],
         ),
     )

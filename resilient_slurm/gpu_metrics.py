@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 _GIB = float(1 << 30)
@@ -14,8 +16,7 @@ def gpu_metrics(device: torch.device) -> dict[str, float]:
         "gpu_mem_gb": torch.cuda.memory_allocated(device) / _GIB,
         "gpu_mem_peak_gb": torch.cuda.max_memory_allocated(device) / _GIB,
     }
-    try:
+    # Utilization needs NVML (nvidia-ml-py and driver access); without it the row has memory only.
+    with contextlib.suppress(Exception):
         out["gpu_util"] = float(torch.cuda.utilization(device))
-    except Exception:  # noqa: BLE001 - no NVML (pynvml missing or no driver access): memory only
-        pass
     return out

@@ -16,13 +16,16 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.config import ConfigError
 from resilient_slurm.events import read_events
 from resilient_slurm.goodput import Accounting, account
 from resilient_slurm.metrics import lost_path, read_metrics
 from resilient_slurm.record import read_record
+from resilient_slurm.rundir import load_config
 from resilient_slurm.tracking.wandb_files import segments
 
 PNG = "report.png"
@@ -61,8 +64,6 @@ def load(run_dir: Path) -> RunFiles:
     meta = json.loads((run_dir / "run.json").read_text())
     max_steps, mode = None, None
     if (run_dir / "config.yaml").is_file():
-        from resilient_slurm.rundir import load_config
-
         cfg = load_config(run_dir)
         max_steps, mode = cfg.train.max_steps, cfg.tracking.mode
     metrics = run_dir / "metrics.jsonl"
@@ -85,7 +86,10 @@ def summarize(files: RunFiles) -> Summary:
 def render(s: Summary) -> str:
     f, a, t = s.files, s.acc, s.acc.time
     lines = [f"run {f.meta.get('name', f.path.name)}  (id {f.meta['run_id']}, {f.path})"]
-    add = lambda key, value: lines.append(f"  {key:<12}{value}")  # noqa: E731
+
+    def add(key: str, value: str) -> None:
+        lines.append(f"  {key:<12}{value}")
+
     of = f"/{f.max_steps}" if f.max_steps else ""
     status = "finished" if a.finished else (a.attempts[-1].outcome if a.attempts else "never started")
     add("status", f"{status} at step {a.steps_done}{of}")
@@ -114,7 +118,7 @@ def render(s: Summary) -> str:
     if f.wandb_segments:
         add("wandb", f"{f.wandb_mode}, {len(f.wandb_segments)} segment(s) of run {f.meta['run_id']}; upload with")
         add("", f"wandb sync --id {f.meta['run_id']} -p {f.meta.get('experiment', '<project>')} "
-                f"{f.path}/wandb/offline-run-*-{f.meta['run_id']}")
+                f"{f.path}/wandb/offline-run-*-{f.meta['run_id']}*")
     if a.attempts:
         lines.append("")
         lines.append(f"  {'attempt':<8}{'began':<10}{'duration':>9}  {'steps':<13}{'job':<10}ended")
@@ -170,15 +174,13 @@ def _record_lines(record: list[dict[str, Any]]) -> list[str]:
 
 
 def _clock(epoch_s: float) -> str:
-    from datetime import datetime, timezone
-
     return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _duration(s: float) -> str:
     if s < 60:
         return f"{s:.1f}s"
-    minutes, sec = divmod(int(round(s)), 60)
+    minutes, sec = divmod(round(s), 60)
     if minutes < 60:
         return f"{minutes}m{sec:02d}s"
     hours, minutes = divmod(minutes, 60)
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         summaries = [summarize(load(run)) for run in args.runs]
-    except ReportError as e:
+    except (ReportError, ConfigError) as e:
         print(f"resilient_slurm.report: {e}", file=sys.stderr)
         return 2
     if len(summaries) == 1:

@@ -29,8 +29,9 @@ RECORD_HEADER = struct.Struct("<IHB")
 BLOCK = 32768
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 _TYPE_CRC = {t: zlib.crc32(bytes([t])) for t in (FULL, FIRST, MIDDLE, LAST)}
-# offline-run-20261129_112454-<id> (offline) and run-20261129_112454-<id> (online): one segment each.
-_SEGMENT = re.compile(r"^(?:offline-)?run-(\d{8}_\d{6})-(.+)$")
+# offline-run-20261129_112454-<id> (offline) or run-... (online), one per process; a second
+# process starting within the same second gets `-1`, `-2`... appended.
+_SEGMENT = r"^(?:offline-)?run-(\d{{8}}_\d{{6}})-{run_id}(?:-(\d+))?$"
 
 
 class WandbFileError(ValueError):
@@ -91,12 +92,13 @@ def history(path: Path) -> list[HistoryRow]:
 
 def segments(wandb_dir: Path, run_id: str) -> list[Path]:
     """The `.wandb` files of run `run_id` under `wandb_dir`, oldest segment first."""
+    pattern = re.compile(_SEGMENT.format(run_id=re.escape(run_id)))
     found = []
     for d in wandb_dir.iterdir() if wandb_dir.is_dir() else []:
-        m = _SEGMENT.match(d.name)
-        if m and m.group(2) == run_id and (d / f"run-{run_id}.wandb").is_file():
-            found.append((m.group(1), d / f"run-{run_id}.wandb"))
-    return [path for _, path in sorted(found)]
+        m = pattern.match(d.name)
+        if m and (d / f"run-{run_id}.wandb").is_file():
+            found.append((m.group(1), int(m.group(2) or 0), d / f"run-{run_id}.wandb"))
+    return [path for _, _, path in sorted(found)]
 
 
 def _key(item: Any) -> str:

@@ -54,9 +54,8 @@ def test_two_interruptions_leave_one_run_with_every_step_once(tmp_path, wandb_of
     # wandb: one id, one segment per process, and across them every step once, strictly increasing,
     # with the values of the surviving timeline (a redone step carries its second computation).
     run_id = json.loads((rdir / "run.json").read_text())["run_id"]
-    assert {p.name.rsplit("-", 1)[-1] for p in (rdir / "wandb").glob("offline-run-*")} == {run_id}
     segs = segments(rdir / "wandb", run_id)
-    assert len(segs) == 3
+    assert len(segs) == 3 == len(list((rdir / "wandb").glob("offline-run-*")))
     rows = [row for seg in segs for row in history(seg)]
     steps = [row.step for row in rows]
     assert steps == list(range(1, 201))
@@ -93,7 +92,7 @@ def test_two_interruptions_leave_one_run_with_every_step_once(tmp_path, wandb_of
                                                                             "killed without a trace")]
 
     done = subprocess.run([sys.executable, "-m", "resilient_slurm.report", str(rdir)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "2 restarts: 1 killed, 1 stopped (SIGUSR1)" in done.stdout
     assert f"{100 * acc.time.goodput:.1f}%" in done.stdout

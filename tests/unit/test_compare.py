@@ -49,8 +49,8 @@ def test_three_changed_keys_warn(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "3 config keys differ" in out
     warning = [line for line in out.splitlines() if line.startswith("warning:")]
-    assert warning == ["warning: an ablation should change one variable, these runs differ in 3: optim.lr, "
-                       "optim.weight_decay, train.seed; the deltas cannot be pinned on one of them"]
+    assert warning == [("warning: an ablation should change one variable, these runs differ in 3: optim.lr, "
+                        "optim.weight_decay, train.seed; the deltas cannot be pinned on one of them")]
 
 
 def test_pure_comparison_of_flat_configs():

@@ -72,11 +72,15 @@ def test_not_a_wandb_file(tmp_path):
 
 
 def test_segments_are_found_per_id_and_ordered_by_start_time(tmp_path):
-    for name in ("offline-run-20260102_000000-abc", "offline-run-20260101_235959-abc", "run-20260103_000000-abc",
-                 "offline-run-20260101_000000-other"):
+    names = {"offline-run-20260102_000000-abc": "abc", "offline-run-20260101_235959-abc": "abc",
+             "run-20260103_000000-abc": "abc", "offline-run-20260102_000000-abc-1": "abc",
+             "offline-run-20260102_000000-abc-2": "abc", "offline-run-20260101_000000-other": "other",
+             "offline-run-20260101_000000-abcd": "abcd", "offline-run-20260101_000000-x-abc": "x-abc"}
+    for name, run_id in names.items():
         (tmp_path / name).mkdir()
-        (tmp_path / name / f"run-{name.rsplit('-', 1)[1]}.wandb").write_bytes(frame([]))
+        (tmp_path / name / f"run-{run_id}.wandb").write_bytes(frame([]))
     (tmp_path / "offline-run-20260104_000000-abc").mkdir()  # no .wandb file: not a segment
     assert [p.parent.name for p in wf.segments(tmp_path, "abc")] == [
-        "offline-run-20260101_235959-abc", "offline-run-20260102_000000-abc", "run-20260103_000000-abc"]
+        "offline-run-20260101_235959-abc", "offline-run-20260102_000000-abc", "offline-run-20260102_000000-abc-1",
+        "offline-run-20260102_000000-abc-2", "run-20260103_000000-abc"]
     assert wf.segments(tmp_path / "missing", "abc") == []
