@@ -67,6 +67,10 @@ class WandbTracker:
 
     @classmethod
     def open(cls, cfg: Config, run_dir: Path, mode: str, meta: dict[str, Any]) -> WandbTracker:
+        # Each process owns its wandb-core. One inherited through WANDB_SERVICE (a parent process
+        # that uses wandb) outlives a SIGKILLed segment with that segment's stream still open, and
+        # the next segment of the same run id then ends up written into it (seen in testing).
+        os.environ.pop("WANDB_SERVICE", None)
         import wandb
 
         record = {k: meta[k] for k in ("run_id", "created", "config_hash", "parent") if k in meta}

@@ -27,6 +27,8 @@ def wandb_offline(tmp_path, monkeypatch):
     for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(var, str(home))
     monkeypatch.setenv("WANDB_MODE", "offline")
+    # As if the launcher's parent used wandb: the run must not use (or need) a wandb-core it did not start.
+    monkeypatch.setenv("WANDB_SERVICE", "not-a-service-token")
     return home
 
 

@@ -19,6 +19,11 @@ def offline(tmp_path, monkeypatch):
     for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(var, str(tmp_path / "wandb-home"))
     monkeypatch.setenv("WANDB_MODE", "offline")
+    yield
+    import wandb
+
+    # Stop this process's wandb-core and drop WANDB_SERVICE, which later subprocesses would inherit.
+    wandb.teardown()
 
 
 def segment(cfg, run_dir, steps, commit, code, resumed_from=None):
