@@ -173,16 +173,18 @@ class TrackingConfig:
     project: str | None = None
     """wandb project; null: the run's experiment name."""
     entity: str | None = None
+    """wandb entity (user or team); null: the logged-in user's default."""
     tags: list[str] = field(default_factory=list)
+    """wandb tags of the run."""
 
 
 @dataclass
 class EvalConfig:
     every_steps: int = 0
     """Evaluate on the held-out split every N steps and at the last step (0 = off)."""
-    exact_match_samples: int = 128
-    """Validation samples (of data.val_samples, which the validation loss covers) whose response
-    is decoded greedily and compared with the target."""
+    task_samples: int = 128
+    """Validation samples (the first of data.val_samples, which the validation loss covers) that the
+    task metrics judge; for the built-in exact match, each response is decoded greedily (0 = none)."""
     predictions: int = 8
     """Rows (prompt, target, prediction) in each evaluation's table of sample predictions."""
 
@@ -308,7 +310,7 @@ def validate(cfg: Config) -> list[str]:
     e = cfg.eval
     need(e.every_steps >= 0, "eval.every_steps: must be >= 0 (0 = off)")
     need(d.val_samples >= 1, "data.val_samples: must be >= 1")
-    need(e.exact_match_samples >= 0 and e.predictions >= 0, "eval: exact_match_samples and predictions must be >= 0")
+    need(e.task_samples >= 0 and e.predictions >= 0, "eval: task_samples and predictions must be >= 0")
     return p
 
 

@@ -1,10 +1,13 @@
-"""Periodic evaluation on the held-out split: validation loss, exact match, sample predictions.
+"""Periodic evaluation on the held-out split: validation loss, task metrics, sample predictions.
 
-The validation loss is the mean token loss over the whole split (`data.val_samples`). Exact match
-is the task metric: the response of the first `eval.exact_match_samples` samples is decoded
-greedily and must equal the target token for token, EOS included. Greedy decoding recomputes the
-whole sequence for each new token (the model has no KV cache): cheap for the synthetic task's
-short responses, quadratic for long ones, so keep the sample count small on big recipes.
+The validation loss is the mean token loss over the whole split (`data.val_samples`). Task
+metrics are the hook for what a benchmark scores (MMLU accuracy, GSM8K, HumanEval pass@1 on a real
+recipe): a `TaskMetric` judges each of the first `eval.task_samples` samples right or wrong, and
+the metric is the fraction judged right. The built-in one, `ExactMatch`, decodes the response
+greedily and compares it with the target token for token, EOS included. Greedy decoding
+recomputes the whole sequence for each new token (the model has no KV cache): cheap for the
+synthetic task's short responses, quadratic for long ones, so keep the sample count small on big
+recipes.
 
 Evaluation is read-only: it runs under `torch.inference_mode`, draws no random numbers and
 leaves no state behind (the next training step puts the model back in train mode), so a run that
@@ -16,7 +19,9 @@ must call `run` at the same step.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -38,18 +43,27 @@ class Prediction:
     correct: bool
 
 
+class TaskMetric(Protocol):
+    name: str
+    """Key of the metric in metrics.jsonl and wandb (where tracking/wandb_tracker.py may rename it)."""
+
+    def judge(self, model: nn.Module, samples: list[Sample], device: torch.device, batch: int) -> list[Prediction]:
+        """One prediction per sample, in order, each judged `correct` or not."""
+
+
 @dataclass(frozen=True)
 class EvalResult:
     val_loss: float
-    exact_match: float | None
-    """Fraction of decoded responses equal to their target; None when eval.exact_match_samples is 0."""
+    task: dict[str, float]
+    """Each task metric: the fraction of eval.task_samples judged correct, over all ranks."""
     seconds: float
-    predictions: list[Prediction]
-    """The first eval.predictions decoded samples of rank 0."""
+    predictions: dict[str, list[Prediction]]
+    """Per task metric, the first eval.predictions samples of rank 0."""
 
 
 class Evaluator:
-    def __init__(self, cfg: Config, model: nn.Module, comm: Comm) -> None:
+    def __init__(self, cfg: Config, model: nn.Module, comm: Comm,
+                 metrics: Sequence[TaskMetric] | None = None) -> None:
         self.every = cfg.eval.every_steps
         self.max_steps = cfg.train.max_steps
         self.batch = cfg.data.micro_batch_size
@@ -58,9 +72,9 @@ class Evaluator:
         self.model, self.comm = model, comm
         mine = range(comm.rank, cfg.data.val_samples, comm.world_size)
         self.loss_samples = [make_sample(cfg.data, cfg.train.seed, VAL_SPLIT, i) for i in mine]
-        decoded = range(comm.rank, min(cfg.eval.exact_match_samples, cfg.data.val_samples), comm.world_size)
-        self.match_samples = self.loss_samples[: len(decoded)]
-        self.exact_match_on = cfg.eval.exact_match_samples > 0
+        judged = range(comm.rank, min(cfg.eval.task_samples, cfg.data.val_samples), comm.world_size)
+        self.task_samples = self.loss_samples[: len(judged)]
+        self.metrics = list(metrics if metrics is not None else [ExactMatch()]) if cfg.eval.task_samples else []
 
     def due(self, step: int) -> bool:
         return self.every > 0 and (step % self.every == 0 or step == self.max_steps)
@@ -75,29 +89,34 @@ class Evaluator:
             targets = targets.to(self.comm.device)
             loss_sum += float(token_loss_sum(self.model(inputs.to(self.comm.device)), targets))
             tokens += float((targets != IGNORE_INDEX).sum())
-        predictions = self._decode_all()
-        correct = float(sum(p.correct for p in predictions))
-        loss_sum, tokens, correct, decoded = self.comm.sum_floats([loss_sum, tokens, correct, float(len(predictions))])
+        judged = {m.name: m.judge(self.model, self.task_samples, self.comm.device, self.batch) for m in self.metrics}
+        counts = [float(sum(p.correct for p in judged[m.name])) for m in self.metrics]
+        totals = self.comm.sum_floats([loss_sum, tokens, float(len(self.task_samples)), *counts])
         return EvalResult(
-            val_loss=loss_sum / max(tokens, 1.0),
-            exact_match=correct / decoded if self.exact_match_on and decoded else None,
+            val_loss=totals[0] / max(totals[1], 1.0),
+            task={m.name: right / max(totals[2], 1.0) for m, right in zip(self.metrics, totals[3:])},
             seconds=time.perf_counter() - start,
-            predictions=predictions[: self.show] if self.comm.rank == 0 else [],
+            predictions={name: p[: self.show] for name, p in judged.items()} if self.comm.rank == 0 else {},
         )
 
-    def _decode_all(self) -> list[Prediction]:
+
+class ExactMatch:
+    """The decoded response equals the target exactly (the synthetic SFT task's metric)."""
+
+    name = "exact_match"
+
+    def judge(self, model: nn.Module, samples: list[Sample], device: torch.device, batch: int) -> list[Prediction]:
         # Samples with equal prompt lengths have equal response lengths (n items -> n + 1 tokens
         # with EOS), so each group decodes as one batch without padding or attention masks.
         by_length: dict[int, list[int]] = {}
-        for index, sample in enumerate(self.match_samples):
+        for index, sample in enumerate(samples):
             by_length.setdefault(len(sample.prompt), []).append(index)
         out: dict[int, Prediction] = {}
         for indices in by_length.values():
-            for i in range(0, len(indices), self.batch):
-                chunk = indices[i : i + self.batch]
-                decoded = greedy_decode(self.model, [self.match_samples[j] for j in chunk], self.comm.device)
-                for j, tokens in zip(chunk, decoded):
-                    out[j] = _prediction(self.match_samples[j], tokens)
+            for i in range(0, len(indices), batch):
+                chunk = indices[i : i + batch]
+                for j, tokens in zip(chunk, greedy_decode(model, [samples[j] for j in chunk], device)):
+                    out[j] = _prediction(samples[j], tokens)
         return [out[j] for j in sorted(out)]
 
 

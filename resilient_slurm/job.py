@@ -196,18 +196,15 @@ class _Loop:
     def _evaluate(self, step: int) -> dict[str, Any]:
         """Every rank evaluates its share; rank 0 gets the totals and the sample predictions."""
         result = self.evaluator.run()
-        if result.predictions:
-            self.tracker.log(step, {"eval/predictions": Table(
+        for metric, predictions in result.predictions.items():
+            self.tracker.log(step, {f"eval/{metric}_predictions": Table(
                 ["step", "task", "prompt", "target", "prediction", "correct"],
-                [[step, q.task, q.prompt, q.target, q.prediction, q.correct] for q in result.predictions],
+                [[step, q.task, q.prompt, q.target, q.prediction, q.correct] for q in predictions],
             )})
-        out: dict[str, Any] = {"val_loss": result.val_loss, "eval_seconds": result.seconds}
-        if result.exact_match is not None:
-            out["exact_match"] = result.exact_match
         if self.comm.rank == 0:
-            log.info("eval at step %d | val loss %.4f | exact match %s | %.1f s", step, result.val_loss,
-                     "-" if result.exact_match is None else f"{result.exact_match:.3f}", result.seconds)
-        return out
+            log.info("eval at step %d | val loss %.4f | %s | %.1f s", step, result.val_loss,
+                     " | ".join(f"{k} {v:.3f}" for k, v in result.task.items()), result.seconds)
+        return {"val_loss": result.val_loss, **result.task, "eval_seconds": result.seconds}
 
     def _commit(self, step: int) -> None:
         """Steps up to `step` are final once a checkpoint of `step` exists (saved just now or before)."""

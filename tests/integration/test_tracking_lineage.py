@@ -63,7 +63,8 @@ def test_two_interruptions_leave_one_run_with_every_step_once(tmp_path, wandb_of
     assert steps == list(range(1, 201))
     assert [row.values["train/loss"] for row in rows] == pytest.approx([r["loss"] for r in kept], rel=1e-12)
     assert [row.step for row in rows if "val/loss" in row.values] == [100, 200]
-    assert all("eval/predictions/_type" in row.values for row in rows if "val/loss" in row.values)
+    assert all("eval/exact_match_predictions/_type" in row.values and "val/exact_match" in row.values
+               for row in rows if "val/loss" in row.values)
     # Every ledger event reached wandb exactly once, the faults and restarts included.
     mirrored = Counter()
     for row in rows:

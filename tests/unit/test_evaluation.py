@@ -9,7 +9,7 @@ from torch import nn
 
 from resilient_slurm.config import Config
 from resilient_slurm.distributed import Comm, RankInfo
-from resilient_slurm.evaluation import Evaluator, greedy_decode, render_tokens
+from resilient_slurm.evaluation import Evaluator, ExactMatch, Prediction, greedy_decode, render_tokens
 from resilient_slurm.workload.data import EOS, FIRST_ITEM, SEP, TASK_TOKEN, VAL_SPLIT, make_sample
 from resilient_slurm.workload.model import build_model
 
@@ -19,7 +19,7 @@ def small_config(every=10):
     c.model.hidden_size, c.model.intermediate_size, c.model.num_layers, c.model.vocab_size = 64, 160, 2, 128
     c.data.seq_len, c.data.max_items, c.data.micro_batch_size, c.data.global_batch_size = 48, 8, 2, 4
     c.data.val_samples = 24
-    c.eval.every_steps, c.eval.exact_match_samples, c.eval.predictions = every, 10, 3
+    c.eval.every_steps, c.eval.task_samples, c.eval.predictions = every, 10, 3
     c.train.max_steps = 25
     return c
 
@@ -50,12 +50,29 @@ def one_rank():
 
 def test_exact_match_counts_whole_responses():
     cfg = small_config()
-    assert Evaluator(cfg, Oracle(cfg), one_rank()).run().exact_match == 1.0
+    assert Evaluator(cfg, Oracle(cfg), one_rank()).run().task == {"exact_match": 1.0}
     wrong = Evaluator(cfg, Oracle(cfg, wrong_tasks=("sort",)), one_rank()).run()
     samples = [make_sample(cfg.data, cfg.train.seed, VAL_SPLIT, i) for i in range(10)]
-    assert wrong.exact_match == pytest.approx(sum(s.task != "sort" for s in samples) / 10)
-    assert len(wrong.predictions) == 3
-    assert all(p.correct == (p.task != "sort") and (p.prediction == p.target) == p.correct for p in wrong.predictions)
+    assert wrong.task["exact_match"] == pytest.approx(sum(s.task != "sort" for s in samples) / 10)
+    shown = wrong.predictions["exact_match"]
+    assert len(shown) == 3
+    assert all(p.correct == (p.task != "sort") and (p.prediction == p.target) == p.correct for p in shown)
+
+
+class AlwaysRight:
+    """A task metric plugged in through the hook."""
+
+    name = "always"
+
+    def judge(self, model, samples, device, batch):
+        return [Prediction(s.task, "p", "t", "t", True) for s in samples]
+
+
+def test_task_metrics_are_a_hook():
+    cfg = small_config()
+    result = Evaluator(cfg, build_model(cfg.model, 1), one_rank(), metrics=[AlwaysRight(), ExactMatch()]).run()
+    assert set(result.task) == {"always", "exact_match"} and result.task["always"] == 1.0
+    assert [len(p) for p in result.predictions.values()] == [3, 3]
 
 
 def test_evaluating_leaves_weights_and_every_rng_untouched():
@@ -64,7 +81,7 @@ def test_evaluating_leaves_weights_and_every_rng_untouched():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rng = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
     result = Evaluator(cfg, model, one_rank()).run()
-    assert result.val_loss > 0 and result.exact_match is not None and result.seconds > 0
+    assert result.val_loss > 0 and set(result.task) == {"exact_match"} and result.seconds > 0
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert torch.equal(rng[0], torch.get_rng_state()) and (rng[1] == np.random.get_state()[1]).all()
     assert rng[2] == random.getstate()
@@ -80,11 +97,11 @@ def test_due_every_n_steps_and_at_the_end(every, max_steps, due):
     assert [s for s in range(1, max_steps + 1) if ev.due(s)] == due
 
 
-def test_no_exact_match_when_switched_off():
+def test_no_task_metric_when_switched_off():
     cfg = small_config()
-    cfg.eval.exact_match_samples = 0
+    cfg.eval.task_samples = 0
     result = Evaluator(cfg, build_model(cfg.model, 1), one_rank()).run()
-    assert result.exact_match is None and result.predictions == []
+    assert result.task == {} and result.predictions == {} and result.val_loss > 0
 
 
 def test_greedy_decode_is_as_long_as_the_target():
