@@ -25,6 +25,12 @@ class RunConfig:
     """Experiment name (set by the `+experiment=` file)."""
     name: str | None = None
     """Run name; generated from the config when null. Launching an existing name resumes it."""
+    fork: bool = False
+    """Launching an existing name with a changed config starts a new run `<name>-forkN` whose record
+    names its parent, instead of refusing (the fork starts from scratch, not from the parent's weights)."""
+    baseline: str | None = None
+    """Name of the run (same experiment) this one is an ablation of: sets the wandb group
+    `ablation-<component>-<baseline>-vs-<variant>` from the keys that differ."""
 
 
 @dataclass
@@ -59,6 +65,7 @@ class DataConfig:
     num_samples: int = 100_000
     """Training samples per epoch (generated on demand from the seed, nothing is downloaded)."""
     val_samples: int = 256
+    """Size of the held-out split (its own seed stream, never trained on)."""
     min_items: int = 4
     max_items: int = 16
     """Length range of the item list each synthetic task operates on."""
@@ -185,7 +192,11 @@ class MonitorConfig:
     throughput_drop_steps: int = 5
     """... for this many consecutive steps."""
     slow_rank_factor: float = 2.0
-    """Slow rank: one rank's compute time above this multiple of the others' median (0 disables)."""
+    """Slow rank: one rank's compute time above this multiple of the others' median (0 disables) ..."""
+    slow_rank_min_s: float = 0.05
+    """... and at least this many seconds slower, so millisecond jitter on tiny steps is no finding ..."""
+    slow_rank_steps: int = 3
+    """... on this many consecutive steps."""
     data_stall_s: float = 30.0
     """Data-loader stall: a rank waited longer than this for its batch (0 disables)."""
     hang_factor: float = 20.0
@@ -231,6 +242,30 @@ class HealthConfig:
 
 
 @dataclass
+class TrackingConfig:
+    mode: str = "offline"
+    """offline: wandb writes under the run directory and nothing leaves the machine (upload later
+    with `wandb sync`); online; disabled. WANDB_MODE can only make it more private, never less."""
+    project: str | None = None
+    """wandb project; null: the run's experiment name."""
+    entity: str | None = None
+    """wandb entity (user or team); null: the logged-in user's default."""
+    tags: list[str] = field(default_factory=list)
+    """wandb tags of the run."""
+
+
+@dataclass
+class EvalConfig:
+    every_steps: int = 0
+    """Evaluate on the held-out split every N steps and at the last step (0 = off)."""
+    task_samples: int = 128
+    """Validation samples (the first of data.val_samples, which the validation loss covers) that the
+    task metrics judge; for the built-in exact match, each response is decoded greedily (0 = none)."""
+    predictions: int = 8
+    """Rows (prompt, target, prediction) in each evaluation's table of sample predictions."""
+
+
+@dataclass
 class FaultConfig:
     """Fault injection for tests and drills; everything off by default."""
 
@@ -258,13 +293,20 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
 
 
 TASKS = ("copy", "reverse", "sort", "increment")
+# Keys that change where or how a run executes, not what it computes: a relaunch may change them,
+# and they are never part of a run's name.
+PLACEMENT_PREFIXES = ("run.", "cluster.", "checkpoint.", "monitor.", "health.", "fault.", "tracking.", "eval.",
+                      "train.log_every_steps", "train.threads")
 FINDINGS = ("loss_nan", "loss_spike", "loss_plateau", "grad_explosion", "grad_vanishing", "throughput_drop",
             "slow_rank", "data_stall", "gpu_underutilized", "gpu_hot", "gpu_memory_full", "gpu_ecc")
 DTYPES = ("float32", "bfloat16")
+TRACKING_MODES = ("offline", "online", "disabled")
 
 
 def to_config(cfg: DictConfig | dict[str, Any]) -> Config:
@@ -360,6 +402,14 @@ def validate(cfg: Config) -> list[str]:
          "monitor: max_rollbacks and rollback_skip_batches must be >= 0, rollback_lr_factor in (0, 1]")
     need(k.backend in ("auto", "gloo", "nccl"), f"cluster.backend: {k.backend!r}; use auto, gloo or nccl")
     need(k.collective_timeout_s > 0, "cluster.collective_timeout_s: must be > 0")
+    need(cfg.tracking.mode in TRACKING_MODES,
+         f"tracking.mode: {cfg.tracking.mode!r} unknown; use one of {', '.join(TRACKING_MODES)}")
+    need(cfg.run.baseline is None or _safe_name(cfg.run.baseline),
+         f"run.baseline: {cfg.run.baseline!r} is not a plain name; use the baseline run's name")
+    e = cfg.eval
+    need(e.every_steps >= 0, "eval.every_steps: must be >= 0 (0 = off)")
+    need(d.val_samples >= 1, "data.val_samples: must be >= 1")
+    need(e.task_samples >= 0 and e.predictions >= 0, "eval: task_samples and predictions must be >= 0")
     return p
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from resilient_slurm import rundir
+from resilient_slurm import record, rundir
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
 from resilient_slurm.checkpoint.load import Restored, resume
@@ -27,6 +27,7 @@ from resilient_slurm.checkpoint.state import (
 )
 from resilient_slurm.config import Config
 from resilient_slurm.distributed import Comm, RankInfo
+from resilient_slurm.evaluation import Evaluator
 from resilient_slurm.events import EventLog, read_events, utc_now
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.faults import FaultInjector
@@ -36,6 +37,7 @@ from resilient_slurm.monitor import Finding, Monitor, Observation
 from resilient_slurm.optim import build_optimizer, build_scheduler
 from resilient_slurm.recovery import GIVE_UP, ROLLBACK, on_findings
 from resilient_slurm.signals import StopRequest, install_stop_handlers
+from resilient_slurm.tracking import Table, open_tracker
 from resilient_slurm.train import StepResult, Trainer
 from resilient_slurm.watchdog import Watchdog
 from resilient_slurm.workload.data import GlobalBatchSampler
@@ -78,6 +80,7 @@ def run(
     _setup_logging(run_dir, info.rank)
     comm: Comm | None = None
     loop: _Loop | None = None
+    code = ExitCode.FAILED
     try:
         comm = Comm(info, cfg.cluster.backend, cfg.cluster.collective_timeout_s)
         loop = _Loop(cfg, run_dir, comm, events, stop, on_hang or (lambda step, reason: None))
@@ -91,6 +94,8 @@ def run(
         log.exception("rank %d crashed", info.rank)
         return RunOutcome(ExitCode.FAILED, step, error=error)
     finally:
+        if loop is not None:
+            loop.tracker.close(int(code))
         if comm is not None:
             comm.close()
 
@@ -119,6 +124,8 @@ class _Loop:
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.watchdog = Watchdog(cfg.monitor, run_dir / "logs", events, comm.rank, on_hang, ExitCode.FAILED)
         self.gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
+        self.evaluator = Evaluator(cfg, self.model, comm)
+        self.tracker = open_tracker(cfg, run_dir, comm.rank)
         self.gave_up: str | None = None
 
     def run(self) -> ExitCode:
@@ -128,7 +135,9 @@ class _Loop:
             log.info("model %s: %.2fM parameters, %d rank(s), global batch %d x %d tokens",
                      cfg.model.name, num_parameters(self.model) / 1e6, comm.world_size,
                      cfg.data.global_batch_size, cfg.data.seq_len)
-            self.events.emit("start", 0, world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename)
+            self.events.emit("start", 0, world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
+                             process_started=record.process_started())
+            record.record_attempt(self.run_dir, comm.world_size)
         if cfg.monitor.enabled:
             self.watchdog.start()
             self.gpu.start()
@@ -143,6 +152,8 @@ class _Loop:
         finally:
             self.watchdog.stop()
             self.gpu.stop()
+        # Finished: no step can be redone any more, so all of them are final.
+        self.tracker.commit(self.progress.step)
         if comm.rank == 0:
             self.events.emit("finish", self.progress.step, tokens_seen=self.progress.tokens_seen)
             log.info("finished at step %d; run directory: %s", self.progress.step, self.run_dir)
@@ -182,6 +193,7 @@ class _Loop:
         reason = self.checkpointer.step_reason(step) or ("time" if synced[1] else None)
         if reason and step < cfg.train.max_steps:
             self.checkpointer.save(step, self._snapshot(reason), reason)
+            self._commit(step)
         return None
 
     def _judge(self, findings: list[Finding]) -> ExitCode | None:
@@ -231,6 +243,7 @@ class _Loop:
                 group["lr"] *= cfg.monitor.rollback_lr_factor
         self.checkpointer.restart_clock(restored_step)
         self.watchdog.beat(restored_step, None)
+        self.tracker.rewind(restored_step)
         if self.metrics:
             self.metrics.truncate_after(restored_step)
         if comm.rank == 0:
@@ -280,16 +293,38 @@ class _Loop:
         p.step += 1
         p.tokens_seen += r.tokens
         p.train_seconds += step_s
+        row = {
+            "step": p.step, "epoch": self.sampler.epoch, "loss": r.loss, "lr": r.lr, "grad_norm": r.grad_norm,
+            "tokens": r.tokens, "tokens_per_s": r.tokens / step_s,
+            "samples_per_s": self.cfg.data.global_batch_size / step_s, "step_seconds": step_s,
+            "data_wait_s": wait_s, **{f"gpu_{k}": v for k, v in self.gpu.latest.items()},
+        }
+        if self.evaluator.due(p.step):
+            row.update(self._evaluate(p.step))
         if self.metrics:
-            self.metrics.append({
-                "step": p.step, "epoch": self.sampler.epoch, "loss": r.loss, "lr": r.lr, "grad_norm": r.grad_norm,
-                "tokens": r.tokens, "tokens_per_s": r.tokens / step_s,
-                "samples_per_s": self.cfg.data.global_batch_size / step_s, "step_seconds": step_s,
-                "data_wait_s": wait_s, **{f"gpu_{k}": v for k, v in self.gpu.latest.items()},
-            })
+            self.metrics.append(row)
+        self.tracker.log(p.step, row)
         if self.comm.rank == 0 and (p.step % self.cfg.train.log_every_steps == 0 or p.step == 1):
             log.info("step %d/%d | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s",
                      p.step, self.cfg.train.max_steps, r.loss, r.lr, r.grad_norm, r.tokens / step_s)
+
+    def _evaluate(self, step: int) -> dict[str, Any]:
+        """Every rank evaluates its share; rank 0 gets the totals and the sample predictions."""
+        result = self.evaluator.run()
+        for metric, predictions in result.predictions.items():
+            self.tracker.log(step, {f"eval/{metric}_predictions": Table(
+                ["step", "task", "prompt", "target", "prediction", "correct"],
+                [[step, q.task, q.prompt, q.target, q.prediction, q.correct] for q in predictions],
+            )})
+        if self.comm.rank == 0:
+            log.info("eval at step %d | val loss %.4f | %s | %.1f s", step, result.val_loss,
+                     " | ".join(f"{k} {v:.3f}" for k, v in result.task.items()), result.seconds)
+        return {"val_loss": result.val_loss, **result.task, "eval_seconds": result.seconds}
+
+    def _commit(self, step: int) -> None:
+        """Steps up to `step` are final once a checkpoint of `step` exists (saved just now or before)."""
+        if self.checkpointer.clock.last_save_step == step:
+            self.tracker.commit(step)
 
     def _stop_on_request(self) -> ExitCode:
         step = self.progress.step
@@ -297,6 +332,7 @@ class _Loop:
             self.events.emit("signal", step, signal=self.stop.signal_name,
                              received=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.stop.received_at)))
         result = self.checkpointer.save(step, self._snapshot("emergency"), "emergency")
+        self._commit(step)
         if self.comm.rank == 0:
             why = self.stop.reason or self.stop.signal_name or "stop requested"
             self.events.emit("stop", step, reason=why, checkpoint=str(result.path) if result else None)

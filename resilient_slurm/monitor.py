@@ -72,6 +72,7 @@ class Monitor:
         self.low_throughput_steps = 0
         self.gpu_conditions: set[str] = set()
         self.slow: int | None = None
+        self.slow_steps = 0
 
     def observe(self, o: Observation) -> list[Finding]:
         findings = [f for f in (
@@ -146,23 +147,27 @@ class Monitor:
         return None
 
     def _slow_rank(self, o: Observation) -> Finding | None:
-        """Reported when a rank becomes the slow one, not on every step it stays slow."""
+        """Reported once a rank has been the slow one for `slow_rank_steps` steps running, not again
+        while it stays slow."""
         c = self.cfg
         times = o.rank_step_s
         if not c.slow_rank_factor or len(times) < 2:
             return None
         slowest = max(range(len(times)), key=lambda r: times[r])
         others = statistics.median(t for r, t in enumerate(times) if r != slowest)
-        if not (others > 0 and times[slowest] > c.slow_rank_factor * others):
-            self.slow = None
+        slow = others > 0 and times[slowest] > c.slow_rank_factor * others and \
+            times[slowest] - others >= c.slow_rank_min_s
+        if not slow:
+            self.slow, self.slow_steps = None, 0
             return None
-        if self.slow == slowest:
-            return None
+        self.slow_steps = self.slow_steps + 1 if self.slow == slowest else 1
         self.slow = slowest
+        if self.slow_steps != c.slow_rank_steps:
+            return None
         return Finding("slow_rank", o.step, f"rank {slowest} took {times[slowest]:.3f}s, "
-                       f"{times[slowest] / others:.1f}x the others' {others:.3f}s",
+                       f"{times[slowest] / others:.1f}x the others' {others:.3f}s, for {c.slow_rank_steps} steps",
                        {"rank": slowest, "seconds": times[slowest], "others_median": others,
-                        "factor": c.slow_rank_factor})
+                        "factor": c.slow_rank_factor, "steps": c.slow_rank_steps})
 
     def _stall(self, o: Observation) -> Finding | None:
         c = self.cfg

@@ -1,11 +1,13 @@
-"""Run names: `{model}-{task}-{date}-{variant}`, the variant spelled from the overrides. Pure."""
+"""Run names `{model}-{task}-{date}-{variant}` (the variant spelled from the overrides) and ablation
+groups `ablation-<component>-<baseline>-vs-<variant>` (spelled from the keys that differ). Pure."""
 
 from __future__ import annotations
 
 import re
 from datetime import date
+from typing import Any
 
-from resilient_slurm.config import Config
+from resilient_slurm.config import PLACEMENT_PREFIXES, Config
 
 # How an override's key is abbreviated in a variant (`optim.lr=1e-4` -> `lr1e-4`).
 _ABBREVIATIONS = {
@@ -22,8 +24,9 @@ _ABBREVIATIONS = {
     "cluster.ranks": "ranks",
 }
 # Overrides of where or how a run executes, not what it computes: never part of a variant.
-_PLACEMENT = ("run.", "cluster.", "checkpoint.", "monitor.", "health.", "fault.", "hydra.", "hydra/", "train.log_every_steps",
-              "train.threads")
+_PLACEMENT = PLACEMENT_PREFIXES + ("hydra.", "hydra/")
+# An ablation group spells at most this many changed keys; beyond, it names the two runs instead.
+_MAX_GROUP_KEYS = 3
 # Group choices the name already spells (model, task) or that do not change what is computed.
 _NAMED_GROUPS = ("experiment", "model", "data", "cluster", "checkpoint")
 
@@ -37,13 +40,39 @@ def variant(overrides: list[str]) -> str:
         if "." not in key:  # another group's choice, e.g. `lora=r16`
             parts.append(f"{_clean(key)}-{_clean(value)}")
         else:
-            short = _ABBREVIATIONS.get(key, key.rsplit(".", 1)[-1].replace("_", ""))
-            parts.append(f"{short}{_clean(_number(value))}")
+            parts.append(f"{_short(key)}{_clean(_number(value))}")
     return "-".join(parts) or "base"
 
 
 def run_name(cfg: Config, overrides: list[str], today: date) -> str:
     return f"{_clean(cfg.model.name)}-{_clean(cfg.data.task)}-{today:%Y%m%d}-{variant(overrides)}"
+
+
+def ablation_group(changed: dict[str, tuple[Any, Any]], baseline_run: str, run: str) -> str:
+    """`ablation-lr-1e-4-vs-3e-4` from `{"optim.lr": (1e-4, 3e-4)}` (key -> (baseline, variant)).
+
+    Several keys are joined with `+` (`ablation-lr+bs-1e-4+8-vs-3e-4+16`): an ablation should change
+    one, and the name should show when it did not. More than a few keys name the runs instead.
+    """
+    if not changed:
+        return f"ablation-none-{_clean(baseline_run)}-vs-{_clean(run)}"
+    keys = sorted(changed)
+    if len(keys) > _MAX_GROUP_KEYS:
+        return f"ablation-{len(keys)}keys-{_clean(baseline_run)}-vs-{_clean(run)}"
+    component = "+".join(_short(k) for k in keys)
+    old = "+".join(_value(changed[k][0]) for k in keys)
+    new = "+".join(_value(changed[k][1]) for k in keys)
+    return f"ablation-{component}-{old}-vs-{new}"
+
+
+def _short(key: str) -> str:
+    return _ABBREVIATIONS.get(key, key.rsplit(".", 1)[-1].replace("_", ""))
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value).lower()
+    return _clean(_number(str(value)))
 
 
 def _number(value: str) -> str:

@@ -2,11 +2,13 @@
 
     config.yaml      the resolved config the run uses (rewritten when only placement keys change)
     overrides.yaml   the command-line overrides of the first launch
-    run.json         run id, creation time, config hash
-    checkpoints/  logs/  events.jsonl  metrics.jsonl
+    run.json         run id, name, creation time, config hash; the parent of a fork, the ablation group
+    record.jsonl     every launch (overrides) and attempt (job, nodes, versions, git; see record.py)
+    checkpoints/  logs/  events.jsonl  metrics.jsonl  wandb/  git/
 
 A relaunch may change where and how the run executes (cluster, checkpoint policy, logging), but
-not what it computes: a different model, data, optimizer or schedule is a different run.
+not what it computes: a different model, data, optimizer or schedule is a different run, refused
+unless `run.fork=true` asks for one (`<name>-forkN`, whose run.json names its parent).
 """
 
 from __future__ import annotations
@@ -21,14 +23,16 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from resilient_slurm.config import Config, ConfigError, flatten, to_config, to_dict
+from resilient_slurm.config import PLACEMENT_PREFIXES, Config, ConfigError, flatten, to_config, to_dict
 from resilient_slurm.events import utc_now
-from resilient_slurm.naming import run_name
+from resilient_slurm.naming import ablation_group, run_name
+from resilient_slurm.record import record_launch
 
 CONFIG = "config.yaml"
 RUN_META = "run.json"
 # Keys that may differ between launches of the same run: placement, saving and logging.
-MUTABLE_PREFIXES = ("run.", "cluster.", "checkpoint.", "monitor.", "health.", "fault.", "train.log_every_steps", "train.threads")
+MUTABLE_PREFIXES = PLACEMENT_PREFIXES
+_LISTED_KEYS = 5
 
 
 def run_dir_for(cfg: Config, overrides: list[str], today: date | None = None) -> Path:
@@ -54,30 +58,72 @@ _MISSING = object()
 
 
 def prepare(cfg: Config, overrides: list[str], today: date | None = None) -> tuple[Path, bool]:
-    """Create or re-open the run directory; returns (path, resumed). Refuses a changed identity."""
+    """Create or re-open the run directory; returns (path, resumed). Refuses a changed identity,
+    or with `run.fork` moves to the first fork `<name>-forkN` that is new or has this identity."""
     run_dir = run_dir_for(cfg, overrides, today)
-    if cfg.run.name is None:
-        cfg.run.name = run_dir.name
-    existing = run_dir / CONFIG
-    if existing.exists():
-        saved = load_config(run_dir)
-        changed = changed_keys(identity(saved), identity(cfg))
+    parent: dict[str, Any] | None = None
+    if cfg.run.fork and (run_dir / CONFIG).exists() and (changed := _changed(run_dir, cfg)):
+        parent = {"name": run_dir.name, "run_id": read_meta(run_dir)["run_id"], "changed": changed}
+        run_dir = _fork_dir(run_dir, cfg)
+    cfg.run.name = run_dir.name
+    if (run_dir / CONFIG).exists():
+        changed = _changed(run_dir, cfg)
         if changed:
-            listed = ", ".join(f"{k} ({flatten(to_dict(saved)).get(k)!r} -> {flatten(to_dict(cfg)).get(k)!r})"
-                               for k in changed[:5])
+            old, new = flatten(to_dict(load_config(run_dir))), flatten(to_dict(cfg))
+            listed = ", ".join(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in changed[:_LISTED_KEYS])
+            more = f" and {len(changed) - _LISTED_KEYS} more" if len(changed) > _LISTED_KEYS else ""
             raise ConfigError(
-                f"run {run_dir} was started with a different config: {listed}; "
-                f"resume with the original values or choose a new run.name"
+                f"run {run_dir} was started with a different config: {listed}{more}; "
+                f"resume with the original values, choose a new run.name, or add run.fork=true"
             )
         _write_config(run_dir, cfg)
+        record_launch(run_dir, overrides, resumed=True)
         return run_dir, True
+    ablation = _ablation(cfg)
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
     _write_config(run_dir, cfg)
     (run_dir / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
-    meta = {"run_id": uuid.uuid4().hex[:12], "created": utc_now(), "config_hash": config_hash(cfg)}
+    meta: dict[str, Any] = {
+        "run_id": uuid.uuid4().hex[:12], "name": run_dir.name, "experiment": cfg.run.experiment,
+        "created": utc_now(), "config_hash": config_hash(cfg),
+    }
+    if parent:
+        meta["parent"] = parent
+    if ablation:
+        meta["ablation"] = ablation
     (run_dir / RUN_META).write_text(json.dumps(meta, indent=1) + "\n")
+    record_launch(run_dir, overrides, resumed=False)
     return run_dir, False
+
+
+def _changed(run_dir: Path, cfg: Config) -> list[str]:
+    return changed_keys(identity(load_config(run_dir)), identity(cfg))
+
+
+def _fork_dir(parent: Path, cfg: Config) -> Path:
+    """The first `<parent>-forkN` that does not exist yet or was started with this same config."""
+    n = 1
+    while (candidate := parent.with_name(f"{parent.name}-fork{n}")).joinpath(CONFIG).exists():
+        if not _changed(candidate, cfg):
+            return candidate
+        n += 1
+    return candidate
+
+
+def _ablation(cfg: Config) -> dict[str, Any] | None:
+    """The group of an ablation run, from the identity keys that differ from its baseline's."""
+    if cfg.run.baseline is None:
+        return None
+    baseline_dir = Path(cfg.run.root) / cfg.run.experiment / cfg.run.baseline
+    if not (baseline_dir / CONFIG).exists():
+        raise ConfigError(f"run.baseline: no run {baseline_dir}; launch the baseline first or fix the name")
+    base, mine = identity(load_config(baseline_dir)), identity(cfg)
+    changed = changed_keys(base, mine)
+    diff = {k: (base.get(k), mine.get(k)) for k in changed}
+    assert cfg.run.name is not None
+    return {"baseline": cfg.run.baseline, "group": ablation_group(diff, cfg.run.baseline, cfg.run.name),
+            "changed": changed}
 
 
 def _write_config(run_dir: Path, cfg: Config) -> None:
@@ -96,7 +142,12 @@ def load_config(run_dir: Path) -> Config:
     return to_config(loaded)
 
 
+def read_meta(run_dir: Path) -> dict[str, Any]:
+    """run.json: run_id, name, created, config_hash, and `parent` / `ablation` where they apply."""
+    return json.loads((run_dir / RUN_META).read_text())
+
+
 def read_identity(run_dir: Path) -> dict[str, str]:
     """run_id and config_hash, stamped into every checkpoint's train_state.json."""
-    meta = json.loads((run_dir / RUN_META).read_text())
+    meta = read_meta(run_dir)
     return {"run_id": meta["run_id"], "config_hash": meta["config_hash"]}

@@ -41,7 +41,7 @@ def test_a_hung_rank_is_caught_with_every_ranks_stacks_within_the_timeout(tmp_pa
     rdir = run_dir(tmp_path, "hang")
     ev = events(rdir)
     hangs = [e for e in ev if e["event"] == "hang"]
-    assert hangs and all(e["step"] == 29 and 4 <= e["waited_s"] < 10 for e in hangs)
+    assert hangs and all(e["step"] == 29 and 4 <= e["waited_s"] < 30 for e in hangs)
     dumped = {e["rank"] for e in ev if e["event"] in ("hang", "stacks_dumped")}
     assert dumped == {0, 1}  # the first rank to fire made the other dump its stacks too
     stuck = (rdir / "logs" / "hang-rank1-step29.txt").read_text()

@@ -45,6 +45,10 @@ def test_tiny_is_the_8b_recipe_scaled_down():
         ("cluster.ranks=0", "cluster.ranks"),
         ("run.name=../escape", "run.name"),
         ("model.dtype=float8", "model.dtype"),
+        ("tracking.mode=cloud", "tracking.mode"),
+        ("eval.every_steps=-1", "eval.every_steps"),
+        ("data.val_samples=0", "data.val_samples"),
+        ("run.baseline=../x", "run.baseline"),
     ],
 )
 def test_bad_values_give_one_line_naming_the_key(override, key):
@@ -56,3 +60,9 @@ def test_bad_values_give_one_line_naming_the_key(override, key):
 
 def test_defaults_are_valid():
     assert validate(Config()) == []
+
+
+def test_tracking_is_offline_and_eval_on_by_default_for_the_recipes():
+    tiny = to_config(composed("+experiment=tiny_sft"))
+    assert tiny.tracking.mode == "offline" and tiny.eval.every_steps > 0
+    assert to_config(composed("+experiment=tiny_sft", "tracking.mode=disabled", "run.fork=true")).run.fork

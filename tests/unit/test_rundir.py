@@ -71,3 +71,67 @@ def test_relaunch_may_change_placement_keys(tmp_path):
     _, resumed = rundir.prepare(moved, [])
     assert resumed and rundir.load_config(path).cluster.ranks == 2
     assert rundir.config_hash(first) == rundir.config_hash(moved)
+
+
+def test_refusal_is_one_line_that_offers_a_fork(tmp_path):
+    first = cfg(tmp_path)
+    first.run.name = "r"
+    rundir.prepare(first, [])
+    changed = cfg(tmp_path, lr=3e-4, weight_decay=0.0)
+    changed.run.name = "r"
+    with pytest.raises(ConfigError) as err:
+        rundir.prepare(changed, [])
+    message = str(err.value)
+    assert "\n" not in message and "optim.lr" in message and "optim.weight_decay" in message
+    assert "run.fork=true" in message
+
+
+def test_fork_makes_a_new_run_that_names_its_parent_and_resumes_on_relaunch(tmp_path):
+    first = cfg(tmp_path)
+    first.run.name = "r"
+    parent, _ = rundir.prepare(first, [])
+
+    def fork(lr):
+        c = cfg(tmp_path, lr=lr)
+        c.run.name, c.run.fork = "r", True
+        return rundir.prepare(c, ["optim.lr=" + str(lr), "run.fork=true"])
+
+    path, resumed = fork(3e-4)
+    assert path == parent.with_name("r-fork1") and not resumed
+    meta = rundir.read_meta(path)
+    assert meta["parent"] == {"name": "r", "run_id": rundir.read_meta(parent)["run_id"], "changed": ["optim.lr"]}
+    assert meta["run_id"] != meta["parent"]["run_id"] and rundir.load_config(path).run.name == "r-fork1"
+    assert fork(3e-4) == (path, True)  # the same fork command resumes the fork
+    assert fork(1e-3)[0] == parent.with_name("r-fork2")
+    same = cfg(tmp_path)
+    same.run.name, same.run.fork = "r", True
+    assert rundir.prepare(same, []) == (parent, True)  # nothing changed: no fork
+
+
+def test_an_ablation_records_its_group_from_the_baseline(tmp_path):
+    base = cfg(tmp_path)
+    base.run.name = "base"
+    rundir.prepare(base, [])
+    abl = cfg(tmp_path, lr=3e-4)
+    abl.run.name, abl.run.baseline = "lr3e-4", "base"
+    path, _ = rundir.prepare(abl, [])
+    assert rundir.read_meta(path)["ablation"] == {"baseline": "base", "group": "ablation-lr-1e-4-vs-3e-4",
+                                                 "changed": ["optim.lr"]}
+    missing = cfg(tmp_path)
+    missing.run.name, missing.run.baseline = "x", "nope"
+    with pytest.raises(ConfigError, match=r"^run\.baseline: no run .*nope; launch the baseline first"):
+        rundir.prepare(missing, [])
+
+
+def test_every_launch_is_recorded_with_its_overrides(tmp_path):
+    from resilient_slurm.record import read_record
+
+    c = cfg(tmp_path)
+    c.run.name = "r"
+    path, _ = rundir.prepare(c, ["run.name=r"])
+    again = cfg(tmp_path)
+    again.run.name, again.cluster.ranks = "r", 2
+    rundir.prepare(again, ["run.name=r", "cluster.ranks=2"])
+    lines = read_record(path)
+    assert [(x["kind"], x["resumed"], x["overrides"]) for x in lines] == [
+        ("launch", False, ["run.name=r"]), ("launch", True, ["run.name=r", "cluster.ranks=2"])]

@@ -1,0 +1,215 @@
+"""Where a run's time went, from its ledger and metrics files. Pure: data in, a summary out.
+
+An **attempt** is one process (or Slurm job run) of the run: it begins with an `attempt` event
+(Slurm) or a `start` event, or earlier, when its process started (`process_started` of the
+`start` event: imports and model build count too), and ends with its last trace, the later of its
+last ledger event and its last metrics row.
+
+- **allocated** = the sum over attempts of (end - begin): the time the run held its resources.
+- **productive** = the optimizer-step time (`step_seconds`) of the steps in `metrics.jsonl`: the
+  timeline that survived, each step counted once.
+- **redone** = the step time of rows in `metrics-lost.jsonl`: steps computed, then lost to a fault
+  (killed or crashed after the last checkpoint) and computed again after the resume.
+- **saves** = the checkpoint save time of the ledger's `save` events; **evaluation** = the
+  `eval_seconds` of every row.
+- **restarts and other** = allocated minus all of the above: startup, resume (loading the
+  checkpoint), tracking, data and logging between steps, shutdown.
+- **waiting** = the gaps between attempts (requeue and queue time): nothing is allocated then, so
+  it is shown but is not part of goodput.
+- **goodput** = productive / allocated.
+
+**steps lost** = the sum over restarts of (the last step the previous attempt reached - the step
+the next attempt resumed from).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import pairwise
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Attempt:
+    index: int
+    """1-based, in order."""
+    begin_s: float
+    end_s: float
+    resumed_from: int
+    last_step: int
+    """Highest step this attempt reached (including steps later lost)."""
+    outcome: str
+    """finished | stopped by SIG... | crashed: <error> | gave up: ... | killed without a trace | running or killed"""
+    cause: str | None
+    """Why it started: None for the first attempt, else how the one before it ended (the same for
+    local runs and Slurm requeues, so causes count alike)."""
+    job_id: str | None
+    restart: int | None
+    productive_s: float
+    redone_s: float
+    save_s: float
+    eval_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.begin_s
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    allocated_s: float
+    productive_s: float
+    redone_s: float
+    save_s: float
+    eval_s: float
+    waiting_s: float
+
+    @property
+    def other_s(self) -> float:
+        return max(0.0, self.allocated_s - self.productive_s - self.redone_s - self.save_s - self.eval_s)
+
+    @property
+    def goodput(self) -> float | None:
+        return self.productive_s / self.allocated_s if self.allocated_s > 0 else None
+
+
+@dataclass(frozen=True)
+class Marks:
+    """What the loss plot marks: restarts (step, cause), faults (step, outcome), rolled-back spans."""
+
+    restarts: list[tuple[int, str]] = field(default_factory=list)
+    faults: list[tuple[int, str]] = field(default_factory=list)
+    rollbacks: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Accounting:
+    attempts: list[Attempt]
+    time: TimeBreakdown
+    steps_done: int
+    steps_lost: int
+    finished: bool
+    restarts_by_cause: dict[str, int]
+    last_checkpoint: dict[str, Any] | None
+    """The newest `save` event: step, path, reason."""
+    marks: Marks
+
+    @property
+    def restarts(self) -> int:
+        return max(0, len(self.attempts) - 1)
+
+
+def seconds(stamp: str) -> float:
+    """Epoch seconds of a ledger/metrics UTC time (`2026-11-29T11:34:06.901Z`)."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def split_attempts(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The ledger cut into attempts; events before the first attempt (`submitted`) are left out."""
+    attempts: list[list[dict[str, Any]]] = []
+    for e in events:
+        kind = e.get("event")
+        current = attempts[-1] if attempts else None
+        starts_new = kind == "attempt" or (
+            kind == "start" and (current is None or any(x["event"] == "start" for x in current))
+        )
+        if starts_new:
+            attempts.append([e])
+        elif current is not None:
+            current.append(e)
+    return attempts
+
+
+def account(events: list[dict[str, Any]], kept: list[dict[str, Any]], lost: list[dict[str, Any]]) -> Accounting:
+    """The run's attempts and time from its ledger, `metrics.jsonl` rows and `metrics-lost.jsonl` rows."""
+    groups = split_attempts(events)
+    firsts = [seconds(g[0]["time"]) for g in groups]
+    windows = list(zip(firsts, firsts[1:] + [float("inf")]))
+    kept_by = _by_attempt(kept, windows)
+    lost_by = _by_attempt(lost, windows)
+    attempts: list[Attempt] = []
+    for i, group in enumerate(groups):
+        rows = kept_by[i] + lost_by[i]
+        traces = [seconds(e["time"]) for e in group] + [seconds(r["time"]) for r in rows]
+        traces += [seconds(e["process_started"]) for e in group if e["event"] == "start" and e.get("process_started")]
+        steps = [r["step"] for r in rows] + [e["step"] for e in group if isinstance(e.get("step"), int)]
+        resumed = next((e["step"] for e in group if e["event"] == "resume"), 0)
+        previous = attempts[-1] if attempts else None
+        attempts.append(Attempt(
+            index=i + 1, begin_s=min(traces), end_s=max(traces), resumed_from=resumed,
+            last_step=max(steps + [resumed]),
+            outcome=_outcome(group, last=i == len(groups) - 1),
+            cause=None if previous is None else previous.outcome,
+            job_id=_first(group, "job_id"), restart=_first(group, "restart"),
+            productive_s=sum(r.get("step_seconds", 0.0) for r in kept_by[i]),
+            redone_s=sum(r.get("step_seconds", 0.0) for r in lost_by[i]),
+            save_s=sum(e.get("seconds", 0.0) for e in group if e["event"] == "save"),
+            eval_s=sum(r.get("eval_seconds", 0.0) for r in rows),
+        ))
+    saves = [e for e in events if e.get("event") == "save"]
+    return Accounting(
+        attempts=attempts,
+        time=TimeBreakdown(
+            allocated_s=sum(a.duration_s for a in attempts),
+            productive_s=sum(a.productive_s for a in attempts),
+            redone_s=sum(a.redone_s for a in attempts),
+            save_s=sum(a.save_s for a in attempts),
+            eval_s=sum(a.eval_s for a in attempts),
+            waiting_s=sum(max(0.0, b.begin_s - a.end_s) for a, b in pairwise(attempts)),
+        ),
+        steps_done=max([r["step"] for r in kept] + [0]),
+        steps_lost=sum(max(0, a.last_step - b.resumed_from) for a, b in pairwise(attempts)),
+        finished=bool(attempts) and attempts[-1].outcome == "finished",
+        restarts_by_cause=dict(Counter(cause_label(a.cause) for a in attempts[1:] if a.cause)),
+        last_checkpoint=({k: saves[-1].get(k) for k in ("step", "path", "reason")} if saves else None),
+        marks=Marks(
+            restarts=[(b.resumed_from, cause_label(b.cause or "")) for b in attempts[1:]],
+            faults=[(a.last_step, a.outcome) for a in attempts[:-1] if not a.outcome.startswith("stopped")],
+            rollbacks=[(b.resumed_from, a.last_step) for a, b in pairwise(attempts)
+                       if a.last_step > b.resumed_from],
+        ),
+    )
+
+
+def cause_label(outcome: str) -> str:
+    """The class of a restart cause, for counting: `stopped (SIGUSR1)`, `crashed (InjectedFault)`, `killed`."""
+    if outcome.startswith("stopped by "):
+        return f"stopped ({outcome[len('stopped by '):]})"
+    if outcome.startswith("crashed: "):
+        return f"crashed ({outcome[len('crashed: '):].split(':')[0]})"
+    if outcome.startswith("killed"):
+        return "killed"
+    return outcome.split(":")[0]
+
+
+def _by_attempt(rows: list[dict[str, Any]], windows: list[tuple[float, float]]) -> list[list[dict[str, Any]]]:
+    out: list[list[dict[str, Any]]] = [[] for _ in windows]
+    for row in rows:
+        if "time" not in row or not windows:
+            continue
+        t = seconds(row["time"])
+        for i, (begin, end) in enumerate(windows):
+            if begin <= t < end:
+                out[i].append(row)
+                break
+    return out
+
+
+def _outcome(group: list[dict[str, Any]], last: bool) -> str:
+    kinds = {e["event"]: e for e in group}
+    if "finish" in kinds:
+        return "finished"
+    if "gave_up" in kinds:
+        return f"gave up: {kinds['gave_up'].get('reason')}"
+    if "stop" in kinds:
+        signals = [e["signal"] for e in group if e["event"] == "signal"]
+        return f"stopped by {signals[0] if signals else 'a stop request'}"
+    if "crash" in kinds:
+        return f"crashed: {(kinds['crash'].get('error') or 'unknown error').splitlines()[0]}"
+    return "running or killed" if last else "killed without a trace"
+
+
+def _first(group: list[dict[str, Any]], key: str) -> Any:
+    return next((e[key] for e in group if e.get(key) is not None), None)

@@ -1,0 +1,50 @@
+"""Which tracker a rank gets: offline by default, WANDB_MODE can only make it more private."""
+
+import logging
+import sys
+
+import pytest
+
+from resilient_slurm.config import Config
+from resilient_slurm.tracking import NullTracker, effective_mode, open_tracker
+
+
+@pytest.mark.parametrize(
+    "configured, env, expected",
+    [
+        ("offline", None, "offline"),
+        ("offline", "", "offline"),
+        ("offline", "disabled", "disabled"),
+        ("offline", "online", "offline"),  # a stray WANDB_MODE=online uploads nothing
+        ("online", "offline", "offline"),
+        ("online", "dryrun", "offline"),
+        ("online", "run", "online"),
+        ("online", None, "online"),
+        ("disabled", "online", "disabled"),
+        ("offline", "bogus", "offline"),
+        ("online", " Disabled ", "disabled"),
+    ],
+)
+def test_effective_mode(configured, env, expected):
+    assert effective_mode(configured, env) == expected
+
+
+@pytest.mark.parametrize("rank, mode, env", [(1, "offline", "offline"), (0, "disabled", "offline"), (0, "offline", "disabled")])
+def test_null_tracker_without_importing_wandb(tmp_path, monkeypatch, rank, mode, env):
+    monkeypatch.setenv("WANDB_MODE", env)
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    cfg = Config()
+    cfg.tracking.mode = mode
+    tracker = open_tracker(cfg, tmp_path, rank)
+    assert isinstance(tracker, NullTracker) and "wandb" not in sys.modules
+    tracker.log(1, {"loss": 1.0})
+    tracker.commit(1)
+    tracker.close(0)
+
+
+def test_a_tracker_that_cannot_start_leaves_training_alone(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setattr(logging.getLogger("resilient_slurm"), "propagate", True)
+    # No run.json: the wandb run id is missing, as if the run directory were broken.
+    assert isinstance(open_tracker(Config(), tmp_path, 0), NullTracker)
+    assert "tracking is off for this attempt" in caplog.text
