@@ -18,8 +18,8 @@ says how it is known), so steps at or below it are not sent again even though th
 recomputed. Those rows then belong to the abandoned timeline; the alternative, duplicate steps,
 would break every chart.
 
-Ledger events (saves, signals, resumes, crashes) are attached to the rows being sent: each to the
-row of its own step when that row is in the batch, otherwise to the nearest end of the batch.
+Ledger events (saves, signals, resumes, crashes) ride on the last row of the send that carries
+them (counts per kind, and a table with each event's own step).
 """
 
 from __future__ import annotations
@@ -79,18 +79,18 @@ def resume_point(sends: list[tuple[int, int]], on_disk: int | None) -> tuple[int
 
 
 def attach_events(rows: list[Row], events: list[dict[str, Any]]) -> list[Row]:
-    """`rows` with an `events/<kind>` count per event and one `events/ledger` table on the last row."""
+    """`rows` with the send's events on its last row: an `events/<kind>` count per event, and one
+    `events/ledger` table that keeps each event's own step. All on one row, because a segment that
+    is killed keeps a prefix of its rows: the events must survive or vanish with the row that
+    `resume_point` judges by, or a restart would send them twice."""
     if not rows or not events:
         return rows
     out = [(step, dict(values)) for step, values in rows]
-    index = {step: i for i, (step, _) in enumerate(out)}
-    last = out[-1][0]
+    last = out[-1][1]
     for e in events:
-        step = e.get("step")
-        target = index[step] if step in index else (len(out) - 1 if step is not None and step > last else 0)
         key = f"events/{e.get('event', 'unknown')}"
-        out[target][1][key] = out[target][1].get(key, 0) + 1
-    out[-1][1][LEDGER_TABLE] = Table(_LEDGER_COLUMNS, [_ledger_row(e) for e in events])
+        last[key] = last.get(key, 0) + 1
+    last[LEDGER_TABLE] = Table(_LEDGER_COLUMNS, [_ledger_row(e) for e in events])
     return out
 
 

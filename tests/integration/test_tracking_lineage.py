@@ -65,8 +65,10 @@ def test_two_interruptions_leave_one_run_with_every_step_once(tmp_path, wandb_of
     assert steps == list(range(1, 201))
     assert [row.values["train/loss"] for row in rows] == pytest.approx([r["loss"] for r in kept], rel=1e-12)
     assert [row.step for row in rows if "val/loss" in row.values] == [100, 200]
-    assert all("eval/exact_match_predictions/_type" in row.values and "val/exact_match" in row.values
-               for row in rows if "val/loss" in row.values)
+    assert all("val/exact_match" in row.values for row in rows if "val/loss" in row.values)
+    # The predictions table rides on the row as it is sent; a killed segment's unflushed rows come
+    # back from metrics.jsonl, which has the numbers but not the table, so only the last is sure.
+    assert "eval/exact_match_predictions/_type" in rows[-1].values
     # Every ledger event reached wandb exactly once, the faults and restarts included.
     mirrored = Counter()
     for row in rows:

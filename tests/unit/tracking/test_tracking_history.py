@@ -59,11 +59,9 @@ def event(kind, step):
 @pytest.mark.parametrize(
     "steps, events, counts",
     [
-        # an event lands on the row of its own step
-        ([10, 11, 12], [event("save", 11)], {11: {"events/save": 1}}),
-        # a resume at a step already sent, and step-less events, go to the first row
-        ([26, 27], [event("resume", 25), event("attempt", None)], {26: {"events/resume": 1, "events/attempt": 1}}),
-        # a crash after the last row goes to the last row
+        # every event of a send rides on its last row (a killed segment keeps a prefix of its rows)
+        ([10, 11, 12], [event("save", 11)], {12: {"events/save": 1}}),
+        ([26, 27], [event("resume", 25), event("attempt", None)], {27: {"events/resume": 1, "events/attempt": 1}}),
         ([5, 6], [event("crash", 9)], {6: {"events/crash": 1}}),
         # every rank's signal counts
         ([7], [event("signal", 7), event("signal", 7)], {7: {"events/signal": 2}}),
