@@ -36,8 +36,9 @@ class EventLog:
         return record
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """All events; a torn last line (a writer killed mid-write) is skipped."""
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of a JSON-lines file; a torn line (a writer killed mid-line) is
+    skipped, and no file means no lines."""
     if not path.exists():
         return []
     out = []
@@ -47,3 +48,8 @@ def read_events(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return out
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """All events of a ledger."""
+    return read_jsonl(path)

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.events import utc_now
+from resilient_slurm.events import read_jsonl, utc_now
 
 LOST_SUFFIX = "-lost"
 
@@ -52,13 +52,5 @@ def lost_path(path: Path) -> Path:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """All complete rows; a torn line (the writer was killed mid-line) is skipped. No file: none."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    """All complete rows of a metrics file."""
+    return read_jsonl(path)

@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.events import utc_now
+from resilient_slurm.events import read_jsonl, utc_now
 from resilient_slurm.slurm import SlurmEnv
 
 RECORD = "record.jsonl"
@@ -202,17 +202,8 @@ def record_attempt(run_dir: Path, world_size: int) -> dict[str, Any]:
 
 
 def read_record(run_dir: Path) -> list[dict[str, Any]]:
-    """Every complete line; a torn last line (a writer killed mid-write) is skipped."""
-    path = run_dir / RECORD
-    if not path.exists():
-        return []
-    out = []
-    for text in path.read_text().splitlines():
-        try:
-            out.append(json.loads(text))
-        except json.JSONDecodeError:
-            continue
-    return out
+    """Every complete line of the run record."""
+    return read_jsonl(run_dir / RECORD)
 
 
 def _append(run_dir: Path, line: dict[str, Any]) -> None:
