@@ -20,7 +20,6 @@ import torch
 from resilient_slurm import rundir
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
-from resilient_slurm.checkpoint.load import resume
 from resilient_slurm.checkpoint.state import (
     Snapshot, capture_rng, model_tensors, optimizer_meta, optimizer_tensors, param_names,
 )
@@ -83,6 +82,8 @@ def run(
         log.exception("rank %d crashed", info.rank)
         return RunOutcome(ExitCode.FAILED, step, error=error)
     finally:
+        if loop is not None:
+            loop.checkpointer.close()  # a save or cold copy in flight finishes before the process exits
         if comm is not None:
             comm.close()
 
@@ -100,7 +101,7 @@ class _Loop:
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, t.max_steps)
         self.trainer = Trainer(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip)
         self.sampler = GlobalBatchSampler(cfg.data, t.seed, comm.rank, comm.world_size)
-        self.checkpointer = Checkpointer(run_dir / "checkpoints", cfg.checkpoint, comm, events)
+        self.checkpointer = Checkpointer(run_dir, cfg.checkpoint, cfg.cluster, comm, events)
         self.metrics = MetricsFile(run_dir / "metrics.jsonl") if comm.rank == 0 else None
         self.progress = Progress()
         self.identity = rundir.read_identity(run_dir)
@@ -137,8 +138,7 @@ class _Loop:
         return ExitCode.DONE
 
     def _resume(self) -> None:
-        outcome = resume(self.run_dir / "checkpoints", self.comm, self.model, self.optimizer, self.scheduler,
-                         self.cfg.checkpoint.io_threads)
+        outcome = self.checkpointer.resume(self.model, self.optimizer, self.scheduler)
         if self.comm.rank == 0:
             for path, reason in outcome.skipped:
                 self.events.emit("checkpoint_skipped", None, path=str(path), reason=reason)
@@ -157,7 +157,8 @@ class _Loop:
             self.metrics.truncate_after(self.progress.step)
         if self.comm.rank == 0:
             self.events.emit("resume", self.progress.step, checkpoint=str(restored.path),
-                             has_optimizer=restored.has_optimizer)
+                             has_optimizer=restored.has_optimizer, source=restored.source,
+                             saved_world_size=restored.saved_world_size)
             log.info("resumed from %s (step %d)", restored.path, self.progress.step)
 
     def _advance(self, r: StepResult) -> None:
@@ -180,7 +181,8 @@ class _Loop:
         if self.stop.requested:
             self.events.emit("signal", step, signal=self.stop.signal_name,
                              received=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.stop.received_at)))
-        result = self.checkpointer.save(step, self._snapshot("emergency"), "emergency")
+        result = self.checkpointer.emergency_save(step, self._snapshot("emergency"), self.stop.signal_name,
+                                                  self.stop.received_at)
         if self.comm.rank == 0:
             self.events.emit("stop", step, reason="stop requested", checkpoint=str(result.path) if result else None)
             log.info("stopped at step %d after a stop request; launch again to resume", step)
