@@ -49,12 +49,12 @@ def failure_history(events: list[dict[str, Any]], now_s: float) -> FailureHistor
     failures = 0
     exposure = 0.0
     for i, attempt in enumerate(attempts):
-        begin = _epoch_s(attempt[0]["time"])
-        current = i == len(attempts) - 1
-        end = now_s if current else _epoch_s(attempt[-1]["time"])
-        exposure += max(end - begin, 0.0)
         kinds = {e.get("event") for e in attempt}
-        if not current and ("crash" in kinds or not kinds & {"finish", "stop"}):
+        ended = bool(kinds & {"finish", "stop"})
+        running = i == len(attempts) - 1 and not ended and "crash" not in kinds
+        end = now_s if running else _epoch_s(attempt[-1]["time"])
+        exposure += max(end - _epoch_s(attempt[0]["time"]), 0.0)
+        if not running and ("crash" in kinds or not ended):
             failures += 1
     return FailureHistory(failures, exposure)
 

@@ -6,7 +6,6 @@ The store is moto's S3 server on loopback, in the test process; the runs reach i
 standard AWS_* environment variables.
 """
 
-import os
 import shutil
 import signal
 from pathlib import Path
@@ -18,30 +17,15 @@ from safetensors.torch import load_file
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
 from tests.integration.runs import assert_bit_identical, events, final_tensors, finish, interrupt, launch, run_dir
+from tests.s3_server import s3_bucket
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def s3_bucket():
-    server_mod = pytest.importorskip("moto.server", reason="the S3 test server needs moto[server] (pip install -e '.[test]')")
-    s3fs = pytest.importorskip("s3fs", reason="the cold tier on S3 needs s3fs (pip install -e '.[test]')")
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the launched runs inherit it
-    fs = s3fs.S3FileSystem(skip_instance_cache=True)
-    fs.mkdir("ckpt")
-    yield fs, "s3://ckpt/runs"
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    server.stop()
+def s3():
+    with s3_bucket() as (fs, url):
+        yield fs, f"{url}/runs"
 
 
 def hot_tensors(ckpt: Path) -> dict[str, torch.Tensor]:
@@ -51,8 +35,8 @@ def hot_tensors(ckpt: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def test_hot_tier_lost_resumes_from_the_object_store_bit_identical(tmp_path, s3_bucket):
-    fs, url = s3_bucket
+def test_hot_tier_lost_resumes_from_the_object_store_bit_identical(tmp_path, s3):
+    fs, url = s3
     code, out = finish(launch(tmp_path, "straight"))
     assert code == ExitCode.DONE, out
 
