@@ -91,7 +91,8 @@ class Checkpointer:
         if not self.cfg.async_save or reason == "final":
             self.saver.wait()
             return self._save_now(step, snap, reason, check=True)
-        busy, failed = self.comm.max_floats([float(self.saver.busy), float(self.failure is not None)])
+        # Any rank's flag counts: a sum over ranks is > 0 when one raised it.
+        busy, failed = self.comm.sum_floats([float(self.saver.busy), float(self.failure is not None)])
         if failed and self.cfg.on_failure == "stop":
             raise CheckpointFailed(f"a save failed and checkpoint.on_failure=stop: {self.failure or 'on another rank'}")
         if busy:
@@ -137,8 +138,10 @@ class Checkpointer:
 
     # --- resume
     def resume(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-               scheduler: torch.optim.lr_scheduler.LRScheduler) -> load.ResumeOutcome:
-        outcome = load.resume(self.root, self.comm, model, optimizer, scheduler, self.cfg.io_threads, self.cold)
+               scheduler: torch.optim.lr_scheduler.LRScheduler, before_step: int | None = None) -> load.ResumeOutcome:
+        """The newest checkpoint that loads, from either tier (of a step before `before_step`)."""
+        outcome = load.resume(self.root, self.comm, model, optimizer, scheduler, self.cfg.io_threads, self.cold,
+                              before_step)
         restored = outcome.restored
         if restored is not None and restored.rng == "reseeded":
             self.events.emit("rng_reseeded", restored.train_state["step"],

@@ -83,8 +83,10 @@ def resume(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     io_threads: int,
     cold: ColdSource | None = None,
+    before_step: int | None = None,
 ) -> ResumeOutcome:
-    """`cold` is consulted on rank 0 only (the others may pass None)."""
+    """`cold` is consulted on rank 0 only (the others may pass None); `before_step`: only
+    checkpoints of earlier steps (a rollback past an anomaly)."""
     skipped: list[tuple[str, str]] = []
     cold_steps: list[int] = []
     if comm.rank == 0:
@@ -98,7 +100,8 @@ def resume(
     hot_steps, cold_steps, skipped = comm.all_gather_object((hot_steps, cold_steps, skipped))[0]
 
     touched = False
-    for step in sorted(set(hot_steps) | set(cold_steps), reverse=True):
+    candidates = set(hot_steps) | set(cold_steps)
+    for step in sorted((s for s in candidates if before_step is None or s < before_step), reverse=True):
         path = root / layout.step_dir_name(step)
         for source in [s for s, steps in (("hot", hot_steps), ("cold", cold_steps)) if step in steps]:
             if source == "cold":

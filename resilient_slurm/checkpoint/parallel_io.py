@@ -41,6 +41,7 @@ CHUNK = 8 << 20
 _IOV_MAX = 1024
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 class ShortFileError(OSError):
@@ -94,7 +95,7 @@ def write_files(files: Sequence[OutFile], threads: int) -> list[FileDigest]:
                 os.ftruncate(fds[i], files[i].nbytes)
             os.fsync(fds[i])
 
-        _run(threads, finish, range(len(files)))
+        _run(threads, finish, list(range(len(files))))
     finally:
         for fd in fds:
             os.close(fd)
@@ -126,7 +127,7 @@ def read_files(files: Sequence[InFile], threads: int) -> list[int]:
     return [combine_all(p) for p in parts]
 
 
-def _run(threads: int, fn: Callable[[_T], object], items: Sequence[_T] | range) -> list:  # type: ignore[type-arg]
+def _run(threads: int, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
     if len(items) <= 1 or threads <= 1:
         return [fn(item) for item in items]
     with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
@@ -237,7 +238,9 @@ class _bounce:
 
     def __enter__(self) -> memoryview:
         with self._lock:
-            self.buf = self._free.pop() if self._free else mmap.mmap(-1, CHUNK)
+            fits = [b for b in self._free if len(b) == CHUNK]
+            self.buf = fits[0] if fits else mmap.mmap(-1, CHUNK)
+            self._free[:] = [b for b in self._free if b is not self.buf and len(b) == CHUNK]
         self.view = memoryview(self.buf)
         return self.view
 

@@ -14,6 +14,7 @@ import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -52,7 +53,8 @@ class Header:
 
 def bytes_view(t: torch.Tensor) -> memoryview:
     """The tensor's own memory as bytes (no copy); it must be a contiguous CPU tensor."""
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy()).cast("B")
+    array: Any = t.reshape(-1).view(torch.uint8).numpy()
+    return memoryview(array).cast("B")
 
 
 def build_header(tensors: list[tuple[str, torch.Tensor]], metadata: dict[str, str] | None = None) -> bytes:

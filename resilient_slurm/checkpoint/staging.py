@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import mmap
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -66,7 +67,8 @@ class Stager:
                 on_gpu |= src.is_cuda
                 buf[offset : offset + src.numel()].copy_(src, non_blocking=src.is_cuda)
                 offset += src.numel()
-            view = memoryview(buf.numpy()).cast("B")
+            array: Any = buf.numpy()
+            view = memoryview(array).cast("B")
             staged.append(StagedFile(rel, view[:nbytes], view))
         if on_gpu:
             torch.cuda.synchronize()

@@ -92,7 +92,7 @@ def restore_optimizer(
 
 def capture_rng() -> dict[str, Any]:
     version, state, gauss = random.getstate()
-    np_state = np.random.get_state(legacy=True)
+    np_state: Any = np.random.get_state(legacy=True)
     out: dict[str, Any] = {
         "python": {"version": version, "state": list(state), "gauss": gauss},
         "numpy": {"key": np_state[0], "state": np_state[1].tolist(), "pos": int(np_state[2]),

@@ -83,3 +83,10 @@ def test_a_cold_copy_that_cannot_be_fetched_is_skipped_for_an_older_hot_one(tmp_
     assert outcome.restored is not None and outcome.restored.train_state["step"] == 2
     assert outcome.restored.source == "hot"
     assert outcome.skipped == [("mem://cold/step_00000005", "copy from the cold tier failed: OSError: connection reset")]
+
+
+def test_before_step_only_considers_earlier_checkpoints(tmp_path):
+    for step in (2, 4, 6):
+        saved(tmp_path, step)
+    outcome = resume(tmp_path, COMM, *trained(3), io_threads=1, before_step=6)
+    assert outcome.restored.train_state["step"] == 4 and not outcome.skipped
