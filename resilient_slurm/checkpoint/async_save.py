@@ -12,6 +12,7 @@ half-written ever becomes visible, and the previous checkpoints are untouched.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from resilient_slurm.checkpoint.save import (
 )
 from resilient_slurm.checkpoint.staging import Stager
 from resilient_slurm.checkpoint.state import Snapshot
+
+BACKGROUND_NICE = 10
 
 Done = Callable[[SaveResult | None, str | None, float], None]
 """Called on the save's thread with (result, None, blocking seconds) or (None, reason, ...)."""
@@ -56,6 +59,9 @@ class AsyncSaver:
         outs = [s.out_file(str(tmp / s.rel)) for s in staged]
 
         def run() -> None:
+            # Training comes first: this thread and the I/O threads it starts (which inherit it)
+            # get CPU time the training threads leave. Linux scopes nice to the thread.
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
             try:
                 result = write_and_commit(self.root, step, files.plan, outs, files.blobs, self.group, self.io_threads)
             except Exception as e:  # noqa: BLE001 - reported to the caller's ledger, never lost
