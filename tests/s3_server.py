@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,8 +16,9 @@ import pytest
 
 
 @contextlib.contextmanager
-def s3_bucket(bucket: str = "ckpt") -> Iterator[tuple[Any, str]]:
-    """Yields (an s3fs filesystem, "s3://<bucket>")."""
+def s3_bucket() -> Iterator[tuple[Any, str]]:
+    """Yields (an s3fs filesystem, "s3://<a new bucket>"). moto keeps its store per process, not
+    per server, so every call gets a bucket of its own."""
     server_mod = pytest.importorskip("moto.server", reason="the S3 test server needs moto[server]: pip install -e '.[test]'")
     s3fs = pytest.importorskip("s3fs", reason="the cold tier on S3 needs s3fs: pip install -e '.[test]'")
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -28,6 +30,7 @@ def s3_bucket(bucket: str = "ckpt") -> Iterator[tuple[Any, str]]:
     os.environ.update(env)
     try:
         fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
         fs.mkdir(bucket)
         yield fs, f"s3://{bucket}"
     finally:
