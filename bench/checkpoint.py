@@ -92,7 +92,10 @@ def drop_caches() -> bool:
 
 def dd(d: Path, size: int, direct: bool) -> float:
     target = d / "dd.bin"
-    args = ["bs=64M", f"count={size >> 26}", "oflag=direct"] if direct else ["bs=1M", f"count={size >> 20}", "conv=fdatasync"]
+    if direct:
+        args = ["bs=64M", f"count={size >> 26}", "oflag=direct"]
+    else:
+        args = ["bs=1M", f"count={size >> 20}", "conv=fdatasync"]
     start = time.perf_counter()
     subprocess.run(["dd", "if=/dev/zero", f"of={target}", *args], check=True, capture_output=True)
     seconds = time.perf_counter() - start
@@ -162,7 +165,8 @@ class Methods:
 
     def async_dcp(self, d: Path) -> tuple[float, Callable[[], bool]]:
         start = time.perf_counter()
-        future = dcp.async_save(self.dcp_state(), storage_writer=dcp.FileSystemWriter(str(d), thread_count=1, sync_files=True),
+        writer = dcp.FileSystemWriter(str(d), thread_count=1, sync_files=True)
+        future = dcp.async_save(self.dcp_state(), storage_writer=writer,
                                 async_checkpointer_type=AsyncCheckpointerType.THREAD, async_stager=self.stager)
         blocking = time.perf_counter() - start
 
@@ -237,8 +241,10 @@ def main() -> None:
     snap = m.snapshot()
     size = sum(t.numel() * t.element_size() for t in [*snap.model.values(), *snap.optimizer.values()])
     gb = size / 1e9
-    saves = {"project": m.save_project, "torch.save": m.save_torch, "safetensors": m.save_safetensors, "DCP": m.save_dcp}
-    loads = {"project": m.load_project, "torch.save": m.load_torch, "safetensors": m.load_safetensors, "DCP": m.load_dcp}
+    saves = {"project": m.save_project, "torch.save": m.save_torch, "safetensors": m.save_safetensors,
+             "DCP": m.save_dcp}
+    loads = {"project": m.load_project, "torch.save": m.load_torch, "safetensors": m.load_safetensors,
+             "DCP": m.load_dcp}
     asyncs = {"project": m.async_project, "DCP": m.async_dcp}
     mm = Matmul()
     t: dict[str, list[float]] = {}
@@ -326,7 +332,8 @@ def report(t: dict[str, list[float]], gb: float, kind: str) -> None:
         ("sync save >= 2.5x DCP FileSystemWriter t=1", med["save DCP"] / med[f"save {p}"], 2.5, True),
         ("async blocking <= 1/10 of the project's sync save", med[f"blocking {p}"] / med[f"save {p}"], 0.1, False),
         ("async blocking <= 1/10 of DCP's sync save", med[f"blocking {p}"] / med["save DCP"], 0.1, False),
-        ("async blocking <= DCP async_save blocking (warm stager)", med[f"blocking {p}"] / med["blocking DCP"], 1.0, False),
+        ("async blocking <= DCP async_save blocking (warm stager)", med[f"blocking {p}"] / med["blocking DCP"],
+         1.0, False),
         ("time until durable <= 1.2x the sync save", med[f"durable {p}"] / med[f"save {p}"], 1.2, False),
         (f"{kind} restore >= 1.2x DCP FileSystemReader", med["load DCP"] / med[f"load {p}"], 1.2, True),
         (f"{kind} restore >= 3x eager torch.load", med["load torch.save"] / med[f"load {p}"], 3.0, True),

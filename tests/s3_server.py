@@ -19,7 +19,8 @@ import pytest
 def s3_bucket() -> Iterator[tuple[Any, str]]:
     """Yields (an s3fs filesystem, "s3://<a new bucket>"). moto keeps its store per process, not
     per server, so every call gets a bucket of its own."""
-    server_mod = pytest.importorskip("moto.server", reason="the S3 test server needs moto[server]: pip install -e '.[test]'")
+    server_mod = pytest.importorskip("moto.server",
+                                     reason="the S3 test server needs moto[server]: pip install -e '.[test]'")
     s3fs = pytest.importorskip("s3fs", reason="the cold tier on S3 needs s3fs: pip install -e '.[test]'")
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

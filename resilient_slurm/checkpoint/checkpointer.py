@@ -98,7 +98,8 @@ class Checkpointer:
         if busy:
             if self.cfg.if_busy == "skip":
                 if self.comm.rank == 0:
-                    self.events.emit("save_skipped", step, reason=reason, why="the previous save is still being written")
+                    self.events.emit("save_skipped", step, reason=reason,
+                                     why="the previous save is still being written")
                 return None
             self.saver.wait()
         self.clock = SaveClock(last_save_step=step, last_save_time_s=time.time())
@@ -154,7 +155,8 @@ class Checkpointer:
         return outcome
 
     # --- internals
-    def _save_now(self, step: int, snap: Snapshot, reason: str, check: bool, plan: str | None = None) -> SaveResult | None:
+    def _save_now(self, step: int, snap: Snapshot, reason: str, check: bool,
+                  plan: str | None = None) -> SaveResult | None:
         try:
             result = save(self.root, step, snap, self.group, self.cfg.max_shard_bytes, self.cfg.io_threads, check=check)
         except SaveError as e:
@@ -203,7 +205,8 @@ class Checkpointer:
             self.events.emit("retention_failed", step, error=str(e))
             return
         if plan.delete or plan.strip_optimizer:
-            self.events.emit("retention", step, deleted=list(plan.delete), optimizer_stripped=list(plan.strip_optimizer))
+            self.events.emit("retention", step, deleted=list(plan.delete),
+                             optimizer_stripped=list(plan.strip_optimizer))
 
     def _plan(self, snap: Snapshot, signal: str | None, received_at: float | None) -> EmergencyPlan:
         """Rank 0: the emergency plan from the time left and what saves have cost so far."""
@@ -243,7 +246,8 @@ class Checkpointer:
             return  # the first save (after min_interval_s) measures the cost
         history = failure_history(self.ledger, time.time())
         mtbf = mtbf_s(history, self.cfg.mtbf_prior_h * 3600.0)
-        new = choose_interval(costs.blocking_s, costs.total_s or 0.0, mtbf, self.cfg.min_interval_s, self.cfg.max_interval_s)
+        new = choose_interval(costs.blocking_s, costs.total_s or 0.0, mtbf, self.cfg.min_interval_s,
+                              self.cfg.max_interval_s)
         if changed(self.interval.seconds if self.interval else None, new.seconds):
             self.events.emit("checkpoint_interval", step, interval_s=round(new.seconds, 1),
                              young_daly_s=round(new.young_daly_s, 1), save_cost_s=round(new.save_cost_s, 4),

@@ -82,4 +82,5 @@ def choose_plan(
 
 
 def _with(plan: EmergencyPlan, estimate_s: float, reason: str) -> EmergencyPlan:
-    return EmergencyPlan(plan.save, plan.optimizer, plan.check, plan.cold_copy, plan.budget_s, round(estimate_s, 3), reason)
+    return EmergencyPlan(plan.save, plan.optimizer, plan.check, plan.cold_copy, plan.budget_s, round(estimate_s, 3),
+                         reason)

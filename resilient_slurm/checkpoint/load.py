@@ -133,7 +133,8 @@ def _attempt(
     if not verdict.ok:
         return None, verdict.reason, False
     try:
-        return load_into(path, verdict.manifest, rank, model, optimizer, scheduler, io_threads), "ok", True  # type: ignore[arg-type]
+        assert verdict.manifest is not None
+        return load_into(path, verdict.manifest, rank, model, optimizer, scheduler, io_threads), "ok", True
     except (LoadError, FormatError, ValueError, KeyError, OSError) as e:
         return None, str(e), True
 

@@ -31,7 +31,8 @@ class RetentionPlan:
     strip_optimizer: tuple[int, ...]
 
 
-def plan_retention(checkpoints: list[CheckpointInfo], cfg: Rules, pinned: frozenset[int] = frozenset()) -> RetentionPlan:
+def plan_retention(checkpoints: list[CheckpointInfo], cfg: Rules,
+                   pinned: frozenset[int] = frozenset()) -> RetentionPlan:
     """`pinned` steps are neither deleted nor stripped this time (a copy to the cold tier reads them)."""
     newest_first = sorted(checkpoints, key=lambda c: c.step, reverse=True)
     keep = max(cfg.keep_last, 2)

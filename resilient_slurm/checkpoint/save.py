@@ -149,7 +149,10 @@ def write_and_commit(
 
     commit: tuple[str | None, Path | None] = (None, None)
     if comm.rank == 0:
-        commit = ("; ".join(failures), None) if failures else _commit(root, tmp, final, step, comm.world_size, files, check)
+        if failures:
+            commit = ("; ".join(failures), None)
+        else:
+            commit = _commit(root, tmp, final, step, comm.world_size, files, check)
         if commit[0]:
             shutil.rmtree(tmp, ignore_errors=True)
     error, replaced = comm.all_gather_object(commit)[0]

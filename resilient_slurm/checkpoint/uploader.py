@@ -81,7 +81,8 @@ class Uploader:
             self.events.emit("cold_copy_cancelled", step, reason=str(e))
             return
         except Exception as e:  # noqa: BLE001 - a failed copy is recorded; the hot copy stays
-            self.events.emit("cold_copy_failed", step, path=self.cold.describe(step), error=f"{e.__class__.__name__}: {e}")
+            self.events.emit("cold_copy_failed", step, path=self.cold.describe(step),
+                             error=f"{e.__class__.__name__}: {e}")
             return
         nbytes = sum(e.nbytes for e in manifest.files.values())
         self.events.emit("cold_copy", step, path=self.cold.describe(step), bytes=nbytes,
@@ -102,4 +103,5 @@ class Uploader:
             self.events.emit("cold_retention_failed", step, error=f"{e.__class__.__name__}: {e}")
             return
         if plan.delete or plan.strip_optimizer:
-            self.events.emit("cold_retention", step, deleted=list(plan.delete), optimizer_stripped=list(plan.strip_optimizer))
+            self.events.emit("cold_retention", step, deleted=list(plan.delete),
+                             optimizer_stripped=list(plan.strip_optimizer))
