@@ -111,6 +111,9 @@ class Checkpointer:
     def emergency_save(self, step: int, snap: Snapshot, signal_name: str | None,
                        received_at: float | None) -> SaveResult | None:
         """The save before a stop: the most of the state that fits before the kill (`deadline.py`)."""
+        if step == self.clock.last_save_step:  # this step is saved (or being saved) already
+            self.saver.wait()
+            return None
         heard = [(t, n) for n, t in self.comm.all_gather_object((signal_name, received_at)) if n and t]
         first_at, signal = min(heard) if heard else (None, None)
         plan = self._plan(snap, signal, first_at) if self.comm.rank == 0 else None

@@ -5,7 +5,7 @@ one page-aligned buffer that holds the file exactly as it will sit on disk (safe
 then every tensor's bytes), so the background writer sends it to the disk with O_DIRECT straight
 from memory, with no second copy. The buffers are kept and reused by the next save with the same
 layout: touching fresh memory runs at 0.4-4.5 GB/s on our machines (perf-baseline.md), a copy into
-memory already touched at 10-20 GB/s. With a GPU the buffers are pinned, so the device-to-host
+memory already touched at 10-30 GB/s. With a GPU the buffers are pinned, so the device-to-host
 copies run at full speed and can all be queued before one synchronisation.
 
 The cost is host memory: one more copy of the rank's share of the checkpoint, kept for the run.
