@@ -101,6 +101,22 @@ class TrainConfig:
 
 
 @dataclass
+class ColdTierConfig:
+    url: str = ""
+    """Cold tier: a shared filesystem path or any fsspec URL (s3://bucket/prefix); empty = off.
+    Each committed checkpoint is copied to <url>/<experiment>/<run>/ in the background, read back
+    to verify it, and kept by the rules below; a run whose hot tier is empty resumes from here.
+    Credentials and endpoints come from the store's own environment (S3: AWS_* variables,
+    AWS_ENDPOINT_URL for a non-AWS server)."""
+    keep_last: int = 10
+    """Retention in the cold tier: keep the newest K copies (at least 2)."""
+    keep_every_steps: int = 0
+    """Milestones kept forever in the cold tier (0 = none)."""
+    optimizer_on_last: int = 2
+    """Keep optimizer state only on the newest M copies in the cold tier (0 = on all)."""
+
+
+@dataclass
 class CheckpointConfig:
     every_steps: int = 0
     """Save every N steps (0 = off)."""
@@ -119,6 +135,31 @@ class CheckpointConfig:
     """Split weights and optimizer state into files of at most this size (bytes)."""
     io_threads: int = 4
     """Threads writing and reading shard files in parallel on each rank."""
+    async_save: bool = True
+    """Copy the state into reusable host buffers and write, check and commit it on a background
+    thread: the loop blocks only for the copy. Final and emergency saves are always synchronous."""
+    if_busy: str = "wait"
+    """A save falls due while the previous one is still being written: wait for it, or skip."""
+    on_failure: str = "continue"
+    """A save failed (disk full, I/O error; the previous checkpoints stay): continue training, or
+    stop the run (exit status 1, failure) at the next save point."""
+    hot_dir: str = ""
+    """Hot tier for the newest checkpoints, e.g. node-local NVMe: <hot_dir>/<experiment>/<run>/;
+    empty = the run directory's checkpoints/. Every rank of the job must see the same directory."""
+    cold: ColdTierConfig = field(default_factory=ColdTierConfig)
+    young_daly: bool = False
+    """Set the time-based interval to sqrt(2 x save cost x MTBF) (Young-Daly) from the measured
+    cost of saves (time the loop was blocked) and the failure rate seen in events.jsonl across
+    attempts, within [min_interval_s, max_interval_s]; replaces every_minutes."""
+    mtbf_prior_h: float = 24.0
+    """Young-Daly: the mean time between failures assumed before any is observed (it counts as
+    one failure in that much time, so observed failures move the estimate gradually)."""
+    min_interval_s: float = 60.0
+    max_interval_s: float = 3600.0
+    prior_write_gb_per_s: float = 0.25
+    """Emergency saves: checkpoint write speed assumed until a save of this run was measured."""
+    emergency_reserve_s: float = 10.0
+    """Emergency saves: seconds kept free at the end of the grace window to requeue and exit."""
 
 
 @dataclass
@@ -150,6 +191,9 @@ class ClusterConfig:
     """Signal Slurm sends `signal_lead_s` before the time limit (and at preemption)."""
     signal_lead_s: int = 120
     """Lead time of the warning signal; Slurm delivers it up to 30 s earlier than asked."""
+    term_grace_s: float = 30.0
+    """Seconds from SIGTERM to SIGKILL: the partition's GraceTime on preemption, KillWait (30 s by
+    default) on scancel. Bounds the emergency save after a SIGTERM."""
     max_restarts: int = 3
     """Requeues allowed after failures that made no progress; preemptions and time limits are free."""
     exclude_file: str | None = None
@@ -381,6 +425,16 @@ def validate(cfg: Config) -> list[str]:
     need(c.optimizer_on_last >= 0, "checkpoint.optimizer_on_last: must be >= 0 (0 = on all)")
     need(c.max_shard_bytes >= 1 << 20, "checkpoint.max_shard_bytes: must be at least 1 MiB")
     need(c.io_threads >= 1, "checkpoint.io_threads: must be >= 1")
+    need(c.if_busy in ("wait", "skip"), f"checkpoint.if_busy: {c.if_busy!r}; use wait or skip")
+    need(c.on_failure in ("continue", "stop"), f"checkpoint.on_failure: {c.on_failure!r}; use continue or stop")
+    need(c.cold.keep_last >= 2, f"checkpoint.cold.keep_last: {c.cold.keep_last}; keep at least 2")
+    need(c.cold.optimizer_on_last >= 0 and c.cold.keep_every_steps >= 0,
+         "checkpoint.cold: optimizer_on_last and keep_every_steps must be >= 0 (0 = on all / none)")
+    need(0 < c.min_interval_s <= c.max_interval_s,
+         "checkpoint.min_interval_s: must be > 0 and at most checkpoint.max_interval_s")
+    need(c.mtbf_prior_h > 0, "checkpoint.mtbf_prior_h: must be > 0")
+    need(c.prior_write_gb_per_s > 0 and c.emergency_reserve_s >= 0,
+         "checkpoint.prior_write_gb_per_s must be > 0 and checkpoint.emergency_reserve_s >= 0")
     need(k.kind in ("local", "slurm"), f"cluster.kind: {k.kind!r} unknown; use cluster=local or cluster=slurm")
     need(k.ranks >= 1, f"cluster.ranks: {k.ranks} must be >= 1")
     need(k.nodes >= 1 and k.tasks_per_node >= 1, "cluster.nodes and cluster.tasks_per_node: must be >= 1")
@@ -389,6 +443,7 @@ def validate(cfg: Config) -> list[str]:
     need(0 < k.signal_lead_s < k.time_min * 60,
          f"cluster.signal_lead_s: {k.signal_lead_s} must be positive and below cluster.time_min*60")
     need(k.max_restarts >= 0, "cluster.max_restarts: must be >= 0")
+    need(k.term_grace_s > 0, "cluster.term_grace_s: must be > 0 (the partition's GraceTime, or KillWait)")
     need(k.gpus_per_node >= 0, "cluster.gpus_per_node: must be >= 0")
     need(cfg.health.check_every_s >= 0 and cfg.health.timeout_s > 0 and cfg.health.exclude_ttl_h > 0,
          "health: check_every_s must be >= 0, timeout_s and exclude_ttl_h > 0")

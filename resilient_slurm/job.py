@@ -21,7 +21,7 @@ import torch
 from resilient_slurm import record, rundir
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
-from resilient_slurm.checkpoint.load import Restored, resume
+from resilient_slurm.checkpoint.load import Restored
 from resilient_slurm.checkpoint.state import (
     Snapshot, capture_rng, model_tensors, optimizer_meta, optimizer_tensors, param_names,
 )
@@ -96,6 +96,7 @@ def run(
     finally:
         if loop is not None:
             loop.tracker.close(int(code))
+            loop.checkpointer.close()  # a save or cold copy in flight finishes before the process exits
         if comm is not None:
             comm.close()
 
@@ -114,7 +115,7 @@ class _Loop:
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, t.max_steps)
         self.trainer = Trainer(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip)
         self.sampler = GlobalBatchSampler(cfg.data, t.seed, comm.rank, comm.world_size)
-        self.checkpointer = Checkpointer(run_dir / "checkpoints", cfg.checkpoint, comm, events)
+        self.checkpointer = Checkpointer(run_dir, cfg.checkpoint, cfg.cluster, comm, events)
         self.metrics = MetricsFile(run_dir / "metrics.jsonl") if comm.rank == 0 else None
         self.progress = Progress()
         self.identity = rundir.read_identity(run_dir)
@@ -126,6 +127,7 @@ class _Loop:
         self.gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
         self.evaluator = Evaluator(cfg, self.model, comm)
         self.tracker = open_tracker(cfg, run_dir, comm.rank)
+        self.tracked_through = -1
         self.gave_up: str | None = None
 
     def run(self) -> ExitCode:
@@ -181,6 +183,7 @@ class _Loop:
         )
         self._advance(result, step_s, wait)
         self.watchdog.beat(step, step_s)
+        self._commit()  # a background save may have committed since the last step
         if self.monitor:
             obs = Observation(step, result.loss, result.grad_norm, result.tokens / step_s,
                               cfg.data.global_batch_size / step_s, tuple(synced[2:2 + w]), tuple(synced[2 + w:]),
@@ -193,7 +196,7 @@ class _Loop:
         reason = self.checkpointer.step_reason(step) or ("time" if synced[1] else None)
         if reason and step < cfg.train.max_steps:
             self.checkpointer.save(step, self._snapshot(reason), reason)
-            self._commit(step)
+            self._commit()
         return None
 
     def _judge(self, findings: list[Finding]) -> ExitCode | None:
@@ -244,6 +247,7 @@ class _Loop:
         self.checkpointer.restart_clock(restored_step)
         self.watchdog.beat(restored_step, None)
         self.tracker.rewind(restored_step)
+        self.tracked_through = min(self.tracked_through, restored_step)
         if self.metrics:
             self.metrics.truncate_after(restored_step)
         if comm.rank == 0:
@@ -266,14 +270,14 @@ class _Loop:
             self.metrics.truncate_after(self.progress.step)
         if self.comm.rank == 0:
             self.events.emit("resume", self.progress.step, checkpoint=str(restored.path),
-                             has_optimizer=restored.has_optimizer)
+                             has_optimizer=restored.has_optimizer, source=restored.source,
+                             saved_world_size=restored.saved_world_size)
             log.info("resumed from %s (step %d)", restored.path, self.progress.step)
 
     def _load_newest(self, before_step: int | None = None) -> Restored | None:
         """Load the newest valid checkpoint (of a step before `before_step`); without one, the state
         is what a fresh start has, even if a damaged checkpoint was partly read on the way."""
-        outcome = resume(self.run_dir / "checkpoints", self.comm, self.model, self.optimizer, self.scheduler,
-                         self.cfg.checkpoint.io_threads, before_step=before_step)
+        outcome = self.checkpointer.resume(self.model, self.optimizer, self.scheduler, before_step=before_step)
         if self.comm.rank == 0:
             for path, reason in outcome.skipped:
                 self.events.emit("checkpoint_skipped", None, path=str(path), reason=reason)
@@ -321,18 +325,21 @@ class _Loop:
                      " | ".join(f"{k} {v:.3f}" for k, v in result.task.items()), result.seconds)
         return {"val_loss": result.val_loss, **result.task, "eval_seconds": result.seconds}
 
-    def _commit(self, step: int) -> None:
-        """Steps up to `step` are final once a checkpoint of `step` exists (saved just now or before)."""
-        if self.checkpointer.clock.last_save_step == step:
+    def _commit(self) -> None:
+        """Steps up to the newest committed checkpoint are final: hand them to the tracker."""
+        step = self.checkpointer.committed_step
+        if step > self.tracked_through:
             self.tracker.commit(step)
+            self.tracked_through = step
 
     def _stop_on_request(self) -> ExitCode:
         step = self.progress.step
         if self.stop.signum is not None:
             self.events.emit("signal", step, signal=self.stop.signal_name,
                              received=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.stop.received_at)))
-        result = self.checkpointer.save(step, self._snapshot("emergency"), "emergency")
-        self._commit(step)
+        result = self.checkpointer.emergency_save(step, self._snapshot("emergency"), self.stop.signal_name,
+                                                  self.stop.received_at)
+        self._commit()
         if self.comm.rank == 0:
             why = self.stop.reason or self.stop.signal_name or "stop requested"
             self.events.emit("stop", step, reason=why, checkpoint=str(result.path) if result else None)

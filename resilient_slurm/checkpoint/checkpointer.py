@@ -1,65 +1,209 @@
-"""The run's checkpointing: when to save, saving with its ledger entry, and retention afterwards."""
+"""The run's checkpointing: when to save, saving (in the background or not) with its ledger entry,
+retention, the cold tier, emergency saves against a deadline, and resume.
+
+The job loop calls it from its main thread, on every rank, at the same steps. Work that runs on
+threads of its own (the save in flight, the copier to the cold tier) writes its own ledger
+entries; `close()` waits for it on every exit path.
+"""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from resilient_slurm.checkpoint import store
+import torch
+from torch import nn
+
+from resilient_slurm.checkpoint import layout, load, store
+from resilient_slurm.checkpoint.async_save import AsyncSaver
+from resilient_slurm.checkpoint.cold import ColdTier
+from resilient_slurm.checkpoint.costs import save_costs
+from resilient_slurm.checkpoint.deadline import EmergencyPlan, choose_plan, grace_s
+from resilient_slurm.checkpoint.group import checkpoint_group
+from resilient_slurm.checkpoint.interval import Interval, changed, choose_interval, failure_history, mtbf_s
 from resilient_slurm.checkpoint.policy import SaveClock, step_reason, time_due
 from resilient_slurm.checkpoint.retention import CheckpointInfo, plan_retention
 from resilient_slurm.checkpoint.save import SaveError, SaveResult, save
 from resilient_slurm.checkpoint.state import Snapshot
-from resilient_slurm.config import CheckpointConfig
+from resilient_slurm.checkpoint.uploader import Uploader
+from resilient_slurm.config import CheckpointConfig, ClusterConfig
 from resilient_slurm.distributed import Comm
-from resilient_slurm.events import EventLog
+from resilient_slurm.events import EventLog, read_events
+
+
+class CheckpointFailed(RuntimeError):
+    """A save failed and `checkpoint.on_failure=stop`: the run ends here, as a failure."""
+
+
+def hot_root(run_dir: Path, cfg: CheckpointConfig) -> Path:
+    if not cfg.hot_dir:
+        return run_dir / "checkpoints"
+    return Path(cfg.hot_dir) / run_dir.parent.name / run_dir.name
+
+
+def cold_url(run_dir: Path, cfg: CheckpointConfig) -> str:
+    return f"{cfg.cold.url.rstrip('/')}/{run_dir.parent.name}/{run_dir.name}"
 
 
 class Checkpointer:
-    def __init__(self, root: Path, cfg: CheckpointConfig, comm: Comm, events: EventLog) -> None:
-        self.root = root
+    def __init__(self, run_dir: Path, cfg: CheckpointConfig, cluster: ClusterConfig, comm: Comm,
+                 events: EventLog) -> None:
+        self.root = hot_root(run_dir, cfg)
         self.cfg = cfg
+        self.cluster = cluster
         self.comm = comm
         self.events = events
+        # Every checkpoint collective runs on this group, from whichever thread saves.
+        self.group = checkpoint_group(comm, cluster.collective_timeout_s) if cfg.async_save else comm
+        self.saver = AsyncSaver(self.root, self.group, cfg.max_shard_bytes, cfg.io_threads)
+        self.cold = ColdTier(cold_url(run_dir, cfg), cfg.io_threads) if cfg.cold.url and comm.rank == 0 else None
+        self.uploader = Uploader(self.cold, cfg.cold, events) if self.cold else None
         self.clock = SaveClock(last_save_step=-1, last_save_time_s=time.time())
+        self.committed_step = -1
+        """The newest step whose checkpoint is committed (durable): what a resume would return to.
+        Written by the save's thread; the loop only reads it."""
+        self.ledger: list[dict] = []
+        """Rank 0: every attempt's events read at resume, then this attempt's saves."""
+        self.interval: Interval | None = None
+        self.failure: str | None = None
+        """The last failed save's reason (sticky: `on_failure=stop` acts on it at the next save point)."""
+        self.copy_on_exit = True
 
+    # --- when
     def restart_clock(self, step: int) -> None:
         """After a resume: time-based saves count from now, step-based ones from `step`."""
         self.clock = SaveClock(last_save_step=step, last_save_time_s=time.time())
+        self.committed_step = step
 
     def step_reason(self, step: int) -> str | None:
         return step_reason(step, self.cfg)
 
     def time_due(self) -> bool:
         """Only rank 0's answer counts; the loop agrees on it across ranks with the stop flag."""
-        return time_due(time.time(), self.clock, self.cfg)
+        if self.cfg.young_daly:
+            interval_s = self.interval.seconds if self.interval else self.cfg.min_interval_s
+        else:
+            interval_s = self.cfg.every_minutes * 60.0
+        return time_due(time.time(), self.clock, interval_s)
 
+    # --- saving
     def save(self, step: int, snap: Snapshot, reason: str) -> SaveResult | None:
-        """Save now; a failed save is recorded and returns None (the previous checkpoints stay)."""
+        """Save at a step every rank reached. In the background (returns None at once) unless async
+        saves are off or this is the final save; a failed save is recorded and returns None."""
         if step == self.clock.last_save_step:
             return None
+        if not self.cfg.async_save or reason == "final":
+            self.saver.wait()
+            return self._save_now(step, snap, reason, check=True)
+        # Any rank's flag counts: a sum over ranks is > 0 when one raised it.
+        busy, failed = self.comm.sum_floats([float(self.saver.busy), float(self.failure is not None)])
+        if failed and self.cfg.on_failure == "stop":
+            raise CheckpointFailed(f"a save failed and checkpoint.on_failure=stop: {self.failure or 'on another rank'}")
+        if busy:
+            if self.cfg.if_busy == "skip":
+                if self.comm.rank == 0:
+                    self.events.emit("save_skipped", step, reason=reason,
+                                     why="the previous save is still being written")
+                return None
+            self.saver.wait()
+        self.clock = SaveClock(last_save_step=step, last_save_time_s=time.time())
+        has_optimizer = bool(snap.optimizer)
+        self.saver.save(step, snap, lambda result, error, blocking_s: self._finished(
+            step, reason, result, error, mode="async", blocking_s=blocking_s, has_optimizer=has_optimizer))
+        return None
+
+    def emergency_save(self, step: int, snap: Snapshot, signal_name: str | None,
+                       received_at: float | None) -> SaveResult | None:
+        """The save before a stop: the most of the state that fits before the kill (`deadline.py`)."""
+        if step == self.clock.last_save_step:  # this step is saved (or being saved) already
+            self.saver.wait()
+            return None
+        heard = [(t, n) for n, t in self.comm.all_gather_object((signal_name, received_at)) if n and t]
+        first_at, signal = min(heard) if heard else (None, None)
+        plan = self._plan(snap, signal, first_at) if self.comm.rank == 0 else None
+        plan = self.comm.all_gather_object(plan)[0]
+        assert plan is not None
+        if self.comm.rank == 0:
+            self.events.emit("emergency_plan", step, signal=signal, plan=plan.name, budget_s=_round(plan.budget_s),
+                             estimate_s=plan.estimate_s, reason=plan.reason, save_in_flight=self.saver.busy)
+        self.saver.wait()
+        self.copy_on_exit = plan.cold_copy
+        if not plan.save:
+            return None
+        if not plan.optimizer:
+            snap = Snapshot(snap.model, {}, snap.rng,
+                            {k: v for k, v in snap.json_files.items() if k != layout.OPTIMIZER_META})
+        return self._save_now(step, snap, "emergency", check=plan.check, plan=plan.name)
+
+    def close(self) -> None:
+        """Before the process exits, on every path: the save in flight finishes, and so do the
+        cold-tier copies unless an emergency plan left them to the next start."""
+        self.saver.wait()
+        if self.uploader is not None:
+            if not self.copy_on_exit and not self.uploader.idle():
+                self.events.emit("cold_copy_deferred", self.clock.last_save_step, reason="no time before the kill")
+            self.uploader.close(finish=self.copy_on_exit)
+
+    # --- resume
+    def resume(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+               scheduler: torch.optim.lr_scheduler.LRScheduler, before_step: int | None = None) -> load.ResumeOutcome:
+        """The newest checkpoint that loads, from either tier (of a step before `before_step`)."""
+        outcome = load.resume(self.root, self.comm, model, optimizer, scheduler, self.cfg.io_threads, self.cold,
+                              before_step)
+        restored = outcome.restored
+        if restored is not None and restored.rng == "reseeded":
+            self.events.emit("rng_reseeded", restored.train_state["step"],
+                             why=f"the checkpoint was saved by {restored.saved_world_size} rank(s) and has no RNG "
+                                 f"states for rank {self.comm.rank}; seeded from (run id, step, rank)")
+        if self.comm.rank == 0:
+            self.ledger = read_events(self.events.path)
+            self._copy_newest_if_missing()
+            self._update_interval(outcome.restored.train_state["step"] if outcome.restored else 0)
+        return outcome
+
+    # --- internals
+    def _save_now(self, step: int, snap: Snapshot, reason: str, check: bool,
+                  plan: str | None = None) -> SaveResult | None:
         try:
-            result = save(self.root, step, snap, self.comm, self.cfg.max_shard_bytes, self.cfg.io_threads)
+            result = save(self.root, step, snap, self.group, self.cfg.max_shard_bytes, self.cfg.io_threads, check=check)
         except SaveError as e:
-            if self.comm.rank == 0:
-                self.events.emit("save_failed", step, reason=reason, error=str(e))
+            self._finished(step, reason, None, str(e), mode="sync", blocking_s=0.0, has_optimizer=bool(snap.optimizer))
+            if self.cfg.on_failure == "stop" and reason not in ("emergency", "final"):
+                raise CheckpointFailed(f"a save failed and checkpoint.on_failure=stop: {e}") from None
             return None
         self.clock = SaveClock(last_save_step=step, last_save_time_s=time.time())
-        if self.comm.rank == 0:
-            self.events.emit(
-                "save", step, reason=reason, path=str(result.path), bytes=result.nbytes,
-                seconds=round(result.seconds, 4), has_optimizer=bool(snap.optimizer),
-                **({"replaced_to": str(result.replaced)} if result.replaced else {}),
-            )
-            self._apply_retention(step)
-        self.comm.barrier()
+        self._finished(step, reason, result, None, mode="sync", blocking_s=result.seconds,
+                       has_optimizer=bool(snap.optimizer), **({"plan": plan} if plan else {}))
         return result
 
+    def _finished(self, step: int, reason: str, result: SaveResult | None, error: str | None, *, mode: str,
+                  blocking_s: float, has_optimizer: bool, **extra: object) -> None:
+        """A save ended (on the save's thread for async saves): ledger, retention, cold copy, interval."""
+        if result is None:
+            self.failure = error
+            if self.comm.rank == 0:
+                self.events.emit("save_failed", step, reason=reason, mode=mode, error=error)
+            return
+        self.committed_step = max(self.committed_step, step)
+        if self.comm.rank != 0:
+            return
+        record = self.events.emit(
+            "save", step, reason=reason, mode=mode, path=str(result.path), bytes=result.nbytes,
+            seconds=round(result.seconds, 4), blocking_s=round(blocking_s, 4), has_optimizer=has_optimizer,
+            **({"replaced_to": str(result.replaced)} if result.replaced else {}), **extra,
+        )
+        self.ledger.append(record)
+        self._apply_retention(step)
+        if self.uploader is not None:
+            self.uploader.request(step, result.path)
+        self._update_interval(step)
+
     def _apply_retention(self, step: int) -> None:
-        committed = [(s, p) for s, p in store.list_step_dirs(self.root) if (p / "manifest.json").is_file()]
+        committed = [(s, p) for s, p in store.list_step_dirs(self.root) if (p / layout.MANIFEST).is_file()]
+        pinned = self.uploader.pinned() if self.uploader else frozenset()
         try:
             infos = [CheckpointInfo(s, store.has_optimizer(p)) for s, p in committed]
-            plan = plan_retention(infos, self.cfg)
+            plan = plan_retention(infos, self.cfg, pinned)
             paths = dict(committed)
             for s in plan.delete:
                 store.delete(paths[s])
@@ -69,4 +213,57 @@ class Checkpointer:
             self.events.emit("retention_failed", step, error=str(e))
             return
         if plan.delete or plan.strip_optimizer:
-            self.events.emit("retention", step, deleted=list(plan.delete), optimizer_stripped=list(plan.strip_optimizer))
+            self.events.emit("retention", step, deleted=list(plan.delete),
+                             optimizer_stripped=list(plan.strip_optimizer))
+
+    def _plan(self, snap: Snapshot, signal: str | None, received_at: float | None) -> EmergencyPlan:
+        """Rank 0: the emergency plan from the time left and what saves have cost so far."""
+        grace = grace_s(signal, self.cluster.signal, self.cluster.signal_lead_s, self.cluster.term_grace_s)
+        budget = None
+        if grace is not None and received_at is not None:
+            budget = received_at + grace - time.time() - self.cfg.emergency_reserve_s
+        costs = save_costs(self.ledger)
+        write_bps = costs.write_bytes_per_s or self.cfg.prior_write_gb_per_s * 1e9
+        weights = sum(t.numel() * t.element_size() for t in snap.model.values())
+        full = weights + sum(t.numel() * t.element_size() for t in snap.optimizer.values())
+        inflight = 0.0
+        if self.saver.busy and self.saver.started_at is not None:
+            inflight = max((costs.total_s or full / write_bps) - (time.perf_counter() - self.saver.started_at), 0.0)
+        cold_bps = (costs.cold_bytes_per_s or self.cfg.prior_write_gb_per_s * 1e9) if self.cold else None
+        return choose_plan(budget, full, weights, write_bps, inflight, cold_bps)
+
+    def _copy_newest_if_missing(self) -> None:
+        """An emergency save may have left its cold copy to this start: catch up with the newest."""
+        if self.uploader is None or self.cold is None:
+            return
+        committed = [(s, p) for s, p in store.list_step_dirs(self.root) if (p / layout.MANIFEST).is_file()]
+        try:
+            in_cold = set(self.cold.steps())
+        except Exception as e:  # noqa: BLE001 - the copier will report its own failures later
+            self.events.emit("cold_copy_failed", None, path=self.cold.url, error=f"{e.__class__.__name__}: {e}")
+            return
+        if committed and committed[0][0] not in in_cold:
+            self.uploader.request(*committed[0])
+
+    def _update_interval(self, step: int) -> None:
+        """Rank 0, Young-Daly only: recompute the interval; a change goes to the ledger."""
+        if not self.cfg.young_daly:
+            return
+        costs = save_costs(self.ledger)
+        if costs.blocking_s is None:
+            return  # the first save (after min_interval_s) measures the cost
+        history = failure_history(self.ledger, time.time())
+        mtbf = mtbf_s(history, self.cfg.mtbf_prior_h * 3600.0)
+        new = choose_interval(costs.blocking_s, costs.total_s or 0.0, mtbf, self.cfg.min_interval_s,
+                              self.cfg.max_interval_s)
+        if changed(self.interval.seconds if self.interval else None, new.seconds):
+            self.events.emit("checkpoint_interval", step, interval_s=round(new.seconds, 1),
+                             young_daly_s=round(new.young_daly_s, 1), save_cost_s=round(new.save_cost_s, 4),
+                             mtbf_h=round(new.mtbf_s / 3600.0, 3), failures=history.failures,
+                             exposure_h=round(history.exposure_s / 3600.0, 3),
+                             bounds_s=[self.cfg.min_interval_s, self.cfg.max_interval_s])
+        self.interval = new
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)

@@ -1,7 +1,8 @@
 """When to save: composable policies (every N steps, exponential, every T minutes). Pure.
 
 Every configured policy is consulted and the first that fires names the reason, so "hybrid" is
-simply several of them at once: milestones every N steps plus a save every T minutes.
+simply several of them at once: milestones every N steps plus a save every T minutes (T fixed, or
+set by Young-Daly from measured costs: `interval.py`).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ def step_reason(step: int, cfg: CheckpointConfig) -> str | None:
     return None
 
 
-def time_due(now_s: float, clock: SaveClock, cfg: CheckpointConfig) -> bool:
-    """The time-based policy: due when `every_minutes` have passed since the last save."""
-    return bool(cfg.every_minutes) and now_s - clock.last_save_time_s >= cfg.every_minutes * 60.0
+def time_due(now_s: float, clock: SaveClock, interval_s: float) -> bool:
+    """The time-based policy: due when `interval_s` have passed since the last save (0 = off).
+
+    The interval is `every_minutes`, or the Young-Daly one (`interval.py`)."""
+    return interval_s > 0 and now_s - clock.last_save_time_s >= interval_s
 
 
 def _is_power_of_two(n: int) -> bool:

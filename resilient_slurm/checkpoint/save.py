@@ -1,12 +1,19 @@
 """The atomic, sharded save protocol, across all ranks.
 
 1. rank 0 makes `.tmp.step_N/`; barrier
-2. every rank writes the shard files it owns (threads, one per file) and fsyncs them
+2. every rank writes the shard files it owns (`parallel_io`: threads, large direct writes) and
+   fsyncs them
 3. all-gather of every rank's file sizes and CRCs (doubles as the barrier before the marker)
-4. rank 0 writes the manifest (the commit marker) last, fsyncs the directory and renames it to
-   `step_N/`, then fsyncs the parent; barrier
+4. rank 0 checks the directory's structure (sizes, headers, index entries), writes the manifest
+   (the commit marker) last, fsyncs the directory and renames it to `step_N/`, then fsyncs the
+   parent; an all-gather of that outcome ends the save on every rank
 
-A crash anywhere before the rename leaves only a `.tmp.` directory, which no reader trusts.
+A crash anywhere before the rename leaves only a `.tmp.` directory, which no reader trusts. A
+failure on any rank (disk full, I/O error) fails the save on every rank, with every reason.
+
+The same protocol serves the synchronous save (written straight from the live tensors) and the
+background one (written from staged copies, with collectives on the checkpoint's own process
+group: `group.py`).
 """
 
 from __future__ import annotations
@@ -16,22 +23,33 @@ import json
 import os
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
 from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.manifest import FileEntry, Manifest
-from resilient_slurm.checkpoint.safetensors_io import FileDigest, write_bytes, write_file
+from resilient_slurm.checkpoint.parallel_io import OutFile, write_files
+from resilient_slurm.checkpoint.safetensors_io import out_file, write_bytes
 from resilient_slurm.checkpoint.state import Snapshot
-from resilient_slurm.distributed import Comm
+from resilient_slurm.checkpoint.verify import check_files
 from resilient_slurm.events import utc_now
 
 
 class SaveError(RuntimeError):
     """A save failed on some rank; the previous checkpoints are untouched."""
+
+
+class Collectives(Protocol):
+    """What the protocol needs from a process group (`distributed.Comm` or the checkpoint's own)."""
+
+    rank: int
+    world_size: int
+
+    def barrier(self) -> None: ...
+    def all_gather_object(self, obj: Any) -> list[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -43,9 +61,66 @@ class SaveResult:
     """Where an existing directory for the same step was moved (it failed verification earlier)."""
 
 
-def save(root: Path, step: int, snap: Snapshot, comm: Comm, max_shard_bytes: int, io_threads: int) -> SaveResult:
+@dataclass(frozen=True)
+class RankFiles:
+    """The files one rank writes for one checkpoint."""
+
+    tensors: list[tuple[str, list[tuple[str, torch.Tensor]]]]
+    """Shard files: path inside the checkpoint, and its tensors in file order."""
+    blobs: list[tuple[str, bytes]]
+    """Small JSON files."""
+    plan: str
+    """Digest of the whole shard plan: every rank must have computed the same one."""
+    nbytes: int
+    """Bytes of tensor data in the whole checkpoint (all ranks)."""
+
+
+def tmp_path(root: Path, step: int) -> Path:
+    return root / layout.tmp_dir_name(step)
+
+
+def rank_files(snap: Snapshot, rank: int, world_size: int, max_shard_bytes: int) -> RankFiles:
+    tensors: list[tuple[str, list[tuple[str, torch.Tensor]]]] = []
+    blobs: list[tuple[str, bytes]] = []
+    plans = []
+    total = 0
+    for prefix, named in ((layout.MODEL, snap.model), (layout.OPTIMIZER, snap.optimizer)):
+        if not named:
+            continue
+        sizes = {n: t.numel() * t.element_size() for n, t in named.items()}
+        total += sum(sizes.values())
+        plan = layout.plan_shards(prefix, list(sizes.items()), world_size, max_shard_bytes)
+        plans += [(s.filename, s.rank, s.names) for s in plan]
+        tensors += [(s.filename, [(n, named[n]) for n in s.names]) for s in plan if s.rank == rank]
+        index = layout.index_for(plan, sizes)
+        if index is not None and rank == 0:
+            blobs.append((layout.index_file(prefix), _json(index)))
+    blobs.append((layout.rng_file(rank), _json(snap.rng)))
+    if rank == 0:
+        blobs += [(name, _json(body)) for name, body in snap.json_files.items()]
+    digest = hashlib.sha256(repr(plans).encode()).hexdigest()
+    return RankFiles(tensors, blobs, digest, total)
+
+
+def save(root: Path, step: int, snap: Snapshot, comm: Collectives, max_shard_bytes: int, io_threads: int,
+         check: bool = True) -> SaveResult:
+    """Save synchronously, straight from the snapshot's tensors."""
+    files = rank_files(snap, comm.rank, comm.world_size, max_shard_bytes)
+    tmp = tmp_path(root, step)
+    outs = [out_file(str(tmp / rel), [(n, _cpu_contiguous(t)) for n, t in named]) for rel, named in files.tensors]
+    return write_and_commit(root, step, files.plan, outs, files.blobs, comm, io_threads, check)
+
+
+def write_and_commit(
+    root: Path, step: int, plan: str, outs: list[OutFile], blobs: list[tuple[str, bytes]], comm: Collectives,
+    io_threads: int, check: bool = True,
+) -> SaveResult:
+    """Steps 1-4 above for this rank's files (`outs` live in `tmp_path(root, step)`).
+
+    `check=False` skips rank 0's structural check before the marker (emergency saves short of time).
+    """
     start = time.perf_counter()
-    tmp = root / layout.tmp_dir_name(step)
+    tmp = tmp_path(root, step)
     final = root / layout.step_dir_name(step)
     if comm.rank == 0:
         root.mkdir(parents=True, exist_ok=True)
@@ -53,75 +128,58 @@ def save(root: Path, step: int, snap: Snapshot, comm: Comm, max_shard_bytes: int
         (tmp / layout.RNG_DIR).mkdir(parents=True)
     comm.barrier()
 
-    plans = _plans(snap, comm.world_size, max_shard_bytes)
     outcome: tuple[bool, object]
     try:
-        outcome = (True, _write_rank_files(tmp, snap, plans, comm, io_threads))
+        digests = write_files(outs, io_threads)
+        entries = {os.path.relpath(o.path, tmp): FileEntry(d.nbytes, d.crc32) for o, d in zip(outs, digests)}
+        for rel, data in blobs:
+            d = write_bytes(str(tmp / rel), data)
+            entries[rel] = FileEntry(d.nbytes, d.crc32)
+        outcome = (True, entries)
     except Exception as e:  # noqa: BLE001 - every rank must reach the all-gather, or the others hang
         outcome = (False, f"rank {comm.rank}: {e.__class__.__name__}: {e}")
-    results = comm.all_gather_object((_digest(plans), outcome))
-    failures = [detail for _, (ok, detail) in results if not ok]
-    if len({plan for plan, _ in results}) > 1:
+    results = comm.all_gather_object((plan, outcome))
+    failures = [str(detail) for _, (ok, detail) in results if not ok]
+    if len({p for p, _ in results}) > 1:
         failures.append("ranks disagree on which rank writes which tensor (different state on different ranks)")
-    if failures:
-        if comm.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise SaveError("; ".join(str(f) for f in failures))
-
-    replaced = None
     files: dict[str, FileEntry] = {}
-    for _, (_, entries) in results:
-        files.update(entries)  # type: ignore[arg-type]
+    if not failures:
+        for _, (_, entries) in results:
+            files.update(entries)  # type: ignore[arg-type]
+
+    commit: tuple[str | None, Path | None] = (None, None)
     if comm.rank == 0:
-        store.fsync_dir(tmp / layout.RNG_DIR)
-        manifest = Manifest(step=step, world_size=comm.world_size, files=files, created=utc_now())
-        write_bytes(str(tmp / layout.MANIFEST), manifest.to_json())
-        store.fsync_dir(tmp)
-        if final.exists():
-            replaced = store.quarantine(final)
-        os.rename(tmp, final)
-        store.fsync_dir(root)
-    comm.barrier()
+        if failures:
+            commit = ("; ".join(failures), None)
+        else:
+            commit = _commit(root, tmp, final, step, comm.world_size, files, check)
+        if commit[0]:
+            shutil.rmtree(tmp, ignore_errors=True)
+    error, replaced = comm.all_gather_object(commit)[0]
+    if error:
+        raise SaveError(error)
     nbytes = sum(e.nbytes for e in files.values())
     return SaveResult(final, nbytes, time.perf_counter() - start, replaced)
 
 
-def _plans(snap: Snapshot, world_size: int, max_shard_bytes: int) -> dict[str, tuple[list[layout.ShardFile], dict[str, int]]]:
-    plans = {}
-    for prefix, tensors in ((layout.MODEL, snap.model), (layout.OPTIMIZER, snap.optimizer)):
-        if tensors:
-            sizes = {n: t.numel() * t.element_size() for n, t in tensors.items()}
-            plans[prefix] = (layout.plan_shards(prefix, list(sizes.items()), world_size, max_shard_bytes), sizes)
-    return plans
-
-
-def _digest(plans: dict[str, tuple[list[layout.ShardFile], dict[str, int]]]) -> str:
-    text = repr([(s.filename, s.rank, s.names) for shards, _ in plans.values() for s in shards])
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _write_rank_files(tmp: Path, snap: Snapshot, plans: dict, comm: Comm, io_threads: int) -> dict[str, FileEntry]:
-    jobs: list[tuple[str, object]] = []
-    for prefix, (plan, sizes) in plans.items():
-        tensors = snap.model if prefix == layout.MODEL else snap.optimizer
-        for shard in plan:
-            if shard.rank == comm.rank:
-                jobs.append((shard.filename, [(n, _cpu_contiguous(tensors[n])) for n in shard.names]))
-        index = layout.index_for(plan, sizes)
-        if index is not None and comm.rank == 0:
-            jobs.append((layout.index_file(prefix), _json(index)))
-    jobs.append((layout.rng_file(comm.rank), _json(snap.rng)))
-    if comm.rank == 0:
-        jobs.extend((name, _json(body)) for name, body in snap.json_files.items())
-
-    def run(job: tuple[str, object]) -> tuple[str, FileDigest]:
-        rel, payload = job
-        path = str(tmp / rel)
-        digest = write_bytes(path, payload) if isinstance(payload, bytes) else write_file(path, payload)  # type: ignore[arg-type]
-        return rel, digest
-
-    with ThreadPoolExecutor(max_workers=max(1, min(io_threads, len(jobs)))) as pool:
-        return {rel: FileEntry(d.nbytes, d.crc32) for rel, d in pool.map(run, jobs)}
+def _commit(root: Path, tmp: Path, final: Path, step: int, world_size: int, files: dict[str, FileEntry],
+            check: bool) -> tuple[str | None, Path | None]:
+    """Rank 0: marker last, then the rename. Returns (error or None, where a same-step dir went)."""
+    manifest = Manifest(step=step, world_size=world_size, files=files, created=utc_now())
+    try:
+        if check:
+            problem = check_files(tmp, manifest, checksums=False)
+            if problem:
+                return f"written files fail verification: {problem}", None
+        store.fsync_dir(tmp / layout.RNG_DIR)
+        write_bytes(str(tmp / layout.MANIFEST), manifest.to_json())
+        store.fsync_dir(tmp)
+        replaced = store.quarantine(final) if final.exists() else None
+        os.rename(tmp, final)
+        store.fsync_dir(root)
+    except OSError as e:
+        return f"rank 0: committing {final.name}: {e.__class__.__name__}: {e}", None
+    return None, replaced
 
 
 def _cpu_contiguous(t: torch.Tensor) -> torch.Tensor:

@@ -114,6 +114,15 @@ def restore_rng(saved: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([_unb64(s) for s in saved["cuda"]])
 
 
+def reseed_rng(seed: int) -> None:
+    """Seed every generator `restore_rng` restores, for a rank that has no saved states."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
 def _b64(t: torch.Tensor) -> str:
     return base64.b64encode(t.numpy().tobytes()).decode()
 

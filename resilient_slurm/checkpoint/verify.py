@@ -32,21 +32,30 @@ def verify(path: Path, checksums: bool = True) -> Verdict:
         manifest = Manifest.from_json(marker.read_bytes())
     except ManifestError as e:
         return Verdict(False, str(e))
+    problem = check_files(path, manifest, checksums)
+    if problem:
+        return Verdict(False, problem)
+    return Verdict(True, "ok", manifest)
+
+
+def check_files(path: Path, manifest: Manifest, checksums: bool) -> str | None:
+    """What is wrong with the files of `path` against `manifest`, or None. Also run by a save on
+    its temporary directory just before it writes the marker."""
     for rel, entry in manifest.files.items():
         f = path / rel
         if not f.is_file():
-            return Verdict(False, f"missing file {rel}")
+            return f"missing file {rel}"
         size = f.stat().st_size
         if size != entry.nbytes:
-            return Verdict(False, f"truncated file {rel}: {size} of {entry.nbytes} bytes")
+            return f"truncated file {rel}: {size} of {entry.nbytes} bytes"
     structure = _check_structure(path, manifest)
     if structure:
-        return Verdict(False, structure)
+        return structure
     if checksums:
         for rel, entry in manifest.files.items():
             if file_crc32(str(path / rel)) != entry.crc32:
-                return Verdict(False, f"checksum mismatch in {rel}")
-    return Verdict(True, "ok", manifest)
+                return f"checksum mismatch in {rel}"
+    return None
 
 
 def _check_structure(path: Path, manifest: Manifest) -> str | None:

@@ -40,3 +40,10 @@ def test_newest_is_never_deleted_or_stripped():
             plan = plan_retention(infos(*range(1, 12)), CheckpointConfig(keep_last=k, optimizer_on_last=m))
             assert 11 not in plan.delete and 11 not in plan.strip_optimizer
             assert 10 not in plan.delete
+
+
+def test_pinned_checkpoints_are_neither_deleted_nor_stripped_this_time():
+    cfg = CheckpointConfig(keep_last=2, optimizer_on_last=1)
+    plan = plan_retention(infos(10, 20, 30, 40), cfg, pinned=frozenset({10, 30}))
+    assert plan.delete == (20,)
+    assert plan.strip_optimizer == ()

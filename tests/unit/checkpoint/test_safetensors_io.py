@@ -90,16 +90,16 @@ def test_falls_back_to_buffered_writes_when_the_filesystem_refuses_direct_io(tmp
     import fcntl
     import os
 
-    real_write = os.write
+    real_pwrite = os.pwrite
     refused = []
 
-    def picky_write(fd, data):
+    def picky_pwrite(fd, data, offset):
         if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
             refused.append(fd)
             raise OSError(errno.EINVAL, "Invalid argument")
-        return real_write(fd, data)
+        return real_pwrite(fd, data, offset)
 
-    monkeypatch.setattr(os, "write", picky_write)
+    monkeypatch.setattr(os, "pwrite", picky_pwrite)
     path = str(tmp_path / "x.safetensors")
     digest = write_file(path, tensors())
     assert refused, "the test did not exercise the fallback"
@@ -108,9 +108,9 @@ def test_falls_back_to_buffered_writes_when_the_filesystem_refuses_direct_io(tmp
 
 
 def test_sizes_around_the_staging_buffer_and_block_boundaries(tmp_path):
-    from resilient_slurm.checkpoint import safetensors_io
+    from resilient_slurm.checkpoint import parallel_io
 
-    for numel in (0, 1, 1023, 1024, safetensors_io.CHUNK // 4 - 3, safetensors_io.CHUNK // 4 + 5):
+    for numel in (0, 1, 1023, 1024, parallel_io.CHUNK // 4 - 3, parallel_io.CHUNK // 4 + 5):
         path = str(tmp_path / f"x{numel}.safetensors")
         t = torch.arange(numel, dtype=torch.float32)
         digest = write_file(path, [("t", t)])

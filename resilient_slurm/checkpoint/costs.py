@@ -1,0 +1,41 @@
+"""What saves and cold-tier copies have cost in this run, from its ledger. Pure.
+
+Input is the run's `events.jsonl` records (every attempt's, so a fresh attempt plans with what the
+earlier ones measured) plus this attempt's own. Medians of the most recent few, because this
+kind of storage swings 2-5x from one save to the next.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+RECENT = 5
+
+
+@dataclass(frozen=True)
+class SaveCosts:
+    write_bytes_per_s: float | None
+    """Checkpoint bytes per second of wall time from the start of a save to its commit."""
+    blocking_s: float | None
+    """Seconds a save held up the training loop."""
+    total_s: float | None
+    """Seconds from the start of a save to its commit."""
+    cold_bytes_per_s: float | None
+    """Bytes per second of a copy to the cold tier, read-back check included."""
+
+
+def save_costs(events: list[dict[str, Any]]) -> SaveCosts:
+    saves = [e for e in events if e.get("event") == "save" and e.get("seconds") and e.get("bytes")][-RECENT:]
+    copies = [e for e in events if e.get("event") == "cold_copy" and e.get("seconds") and e.get("bytes")][-RECENT:]
+    return SaveCosts(
+        write_bytes_per_s=_median([e["bytes"] / e["seconds"] for e in saves]),
+        blocking_s=_median([e.get("blocking_s", e["seconds"]) for e in saves]),
+        total_s=_median([e["seconds"] for e in saves]),
+        cold_bytes_per_s=_median([e["bytes"] / e["seconds"] for e in copies]),
+    )
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

@@ -1,0 +1,215 @@
+"""The Checkpointer on one rank: async saves, busy and failure policies, emergency plans, the
+Young-Daly interval, and tiers."""
+
+import errno
+import shutil
+import threading
+import time
+
+import pytest
+import torch
+
+from resilient_slurm.checkpoint import layout, save as save_module
+from resilient_slurm.checkpoint.checkpointer import CheckpointFailed, Checkpointer
+from resilient_slurm.checkpoint.verify import verify
+from resilient_slurm.config import CheckpointConfig, ClusterConfig, ColdTierConfig, ModelConfig, OptimConfig
+from resilient_slurm.distributed import Comm, RankInfo
+from resilient_slurm.events import EventLog, read_events
+from resilient_slurm.optim import build_optimizer, build_scheduler
+from resilient_slurm.workload.model import build_model
+from tests.unit.checkpoint.conftest import snapshot
+
+TINY = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
+                   max_seq_len=16)
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    d = tmp_path / "exp" / "run"
+    d.mkdir(parents=True)
+    return d
+
+
+def make(run_dir, cluster=None, **cfg) -> Checkpointer:
+    events = EventLog(run_dir / "events.jsonl")
+    return Checkpointer(run_dir, CheckpointConfig(**cfg), cluster or ClusterConfig(), Comm(RankInfo(0, 1, 0, "", 0)),
+                        events)
+
+
+def ledger(run_dir, kind=None):
+    return [e for e in read_events(run_dir / "events.jsonl") if kind is None or e["event"] == kind]
+
+
+@pytest.fixture
+def slow_writes(monkeypatch):
+    """Background writes wait until the test releases them."""
+    release = threading.Event()
+    real = save_module.write_files
+
+    def gated(outs, threads):
+        release.wait(10)
+        return real(outs, threads)
+
+    monkeypatch.setattr(save_module, "write_files", gated)
+    yield release
+    release.set()
+
+
+def test_an_async_save_returns_at_once_and_commits_in_the_background(run_dir, slow_writes):
+    cp = make(run_dir)
+    assert cp.save(5, snapshot(5), "periodic") is None
+    assert cp.saver.busy and not ledger(run_dir, "save")
+    slow_writes.set()
+    cp.close()
+    (saved,) = ledger(run_dir, "save")
+    assert saved["mode"] == "async" and saved["step"] == 5 and saved["blocking_s"] <= saved["seconds"]
+    assert verify(run_dir / "checkpoints" / "step_00000005").ok
+
+
+@pytest.mark.parametrize("if_busy, committed", [("wait", [1, 2]), ("skip", [1])])
+def test_a_save_due_while_one_is_in_flight_waits_or_is_skipped(run_dir, slow_writes, if_busy, committed):
+    cp = make(run_dir, if_busy=if_busy)
+    cp.save(1, snapshot(1), "periodic")
+    threading.Timer(0.2, slow_writes.set).start()
+    cp.save(2, snapshot(2), "periodic")
+    cp.close()
+    assert [e["step"] for e in ledger(run_dir, "save")] == committed
+    assert len(ledger(run_dir, "save_skipped")) == (if_busy == "skip")
+
+
+@pytest.mark.parametrize("policy", ["continue", "stop"])
+def test_a_failed_background_save_is_recorded_and_the_run_continues_or_stops(run_dir, monkeypatch, policy):
+    cp = make(run_dir, on_failure=policy)
+    cp.save(1, snapshot(1), "periodic")
+    cp.saver.wait()
+
+    def full(outs, threads):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(save_module, "write_files", full)
+    cp.save(2, snapshot(2), "periodic")
+    cp.saver.wait()
+    (failed,) = ledger(run_dir, "save_failed")
+    assert failed["step"] == 2 and "No space left on device" in failed["error"]
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_00000001"]  # nothing torn is left
+    monkeypatch.undo()
+    if policy == "stop":
+        with pytest.raises(CheckpointFailed, match="No space left"):
+            cp.save(3, snapshot(3), "periodic")
+    else:
+        cp.save(3, snapshot(3), "periodic")
+    cp.close()
+
+
+def small_snapshot_costs(cp, write_bytes_per_s):
+    cp.ledger = [{"event": "save", "bytes": int(write_bytes_per_s), "seconds": 1.0}]
+
+
+@pytest.mark.parametrize(
+    "seconds_since_signal, plan",
+    [(0.0, "full"), (100.0, "weights-only"), (119.5, "none")],
+)
+def test_emergency_save_takes_the_most_that_fits_before_the_kill(run_dir, seconds_since_signal, plan):
+    cp = make(run_dir, cluster=ClusterConfig(signal_lead_s=120), emergency_reserve_s=0.0)
+    # 1 kB/s: the whole snapshot (~17 kB) takes ~25 s with the margin, the weights (~8 kB) ~13 s.
+    small_snapshot_costs(cp, 1000)
+    result = cp.emergency_save(9, snapshot(9), "SIGUSR1", time.time() - seconds_since_signal)
+    cp.close()
+    (chosen,) = ledger(run_dir, "emergency_plan")
+    assert chosen["plan"] == plan and chosen["signal"] == "SIGUSR1"
+    assert chosen["budget_s"] == pytest.approx(120.0 - seconds_since_signal, abs=1.0)
+    if plan == "none":
+        assert result is None and not ledger(run_dir, "save")
+        return
+    (saved,) = ledger(run_dir, "save")
+    assert saved["reason"] == "emergency" and saved["plan"] == plan and saved["mode"] == "sync"
+    assert saved["has_optimizer"] is (plan == "full")
+    files = verify(result.path).manifest.files
+    assert any(layout.is_optimizer_file(f) for f in files) is (plan == "full")
+
+
+def test_a_stop_with_no_deadline_saves_everything(run_dir):
+    cp = make(run_dir)
+    cp.emergency_save(3, snapshot(3), None, None)
+    cp.close()
+    (chosen,) = ledger(run_dir, "emergency_plan")
+    assert chosen["plan"] == "full" and chosen["budget_s"] is None
+
+
+def trained(seed):
+    torch.manual_seed(seed)
+    model = build_model(TINY, seed)
+    opt = build_optimizer(model, OptimConfig())
+    sched = build_scheduler(opt, OptimConfig(), 10)
+    model(torch.randint(0, 64, (2, 8))).sum().backward()
+    opt.step()
+    sched.step()
+    return model, opt, sched
+
+
+def job_snapshot(model, opt, sched, step):
+    from resilient_slurm.checkpoint.state import (
+        Snapshot, capture_rng, model_tensors, optimizer_meta, optimizer_tensors, param_names,
+    )
+
+    names = param_names(model)
+    return Snapshot(model_tensors(model), optimizer_tensors(opt, names), capture_rng(),
+                    {layout.TRAIN_STATE: {"step": step, "run_id": "r"}, layout.SCHEDULER: sched.state_dict(),
+                     layout.OPTIMIZER_META: optimizer_meta(opt, names)})
+
+
+def test_young_daly_sets_the_interval_from_measured_cost_and_records_changes(run_dir):
+    cp = make(run_dir, young_daly=True, mtbf_prior_h=1.0, min_interval_s=1.0, max_interval_s=10_000.0)
+    cp.events.emit("start", 0)
+    model, opt, sched = trained(0)
+    cp.resume(model, opt, sched)
+    assert not ledger(run_dir, "checkpoint_interval")  # nothing measured yet: min_interval_s until the first save
+    cp.clock = cp.clock.__class__(0, time.time() - 1.5)
+    assert cp.time_due()
+    cp.save(1, job_snapshot(model, opt, sched, 1), "time")
+    cp.close()
+    (iv,) = ledger(run_dir, "checkpoint_interval")
+    saved = ledger(run_dir, "save")[0]
+    expected = max((2 * saved["blocking_s"] * 3600.0) ** 0.5, saved["seconds"], 1.0)
+    assert iv["interval_s"] == pytest.approx(expected, rel=0.01)
+    assert iv["failures"] == 0 and iv["mtbf_h"] == pytest.approx(1.0, abs=0.01)
+    assert cp.interval.seconds == pytest.approx(expected, rel=0.01)
+
+
+def test_resume_falls_back_to_the_cold_tier_and_catches_up_copies(run_dir, tmp_path):
+    tiers = dict(hot_dir=str(tmp_path / "hot"), cold=ColdTierConfig(url=str(tmp_path / "cold")))
+    cp = make(run_dir, **tiers)
+    model, opt, sched = trained(0)
+    cp.resume(*trained(5))
+    cp.save(4, job_snapshot(model, opt, sched, 4), "final")
+    cp.close()
+    assert [e["step"] for e in ledger(run_dir, "cold_copy")] == [4]
+    assert (tmp_path / "cold" / "exp" / "run" / "step_00000004" / "manifest.json").is_file()
+
+    shutil.rmtree(tmp_path / "hot")  # a replacement node
+    fresh = trained(1)
+    outcome = make(run_dir, **tiers).resume(*fresh)
+    assert outcome.restored is not None and outcome.restored.source == "cold"
+    assert outcome.restored.train_state["step"] == 4
+    for a, b in zip(model.state_dict().values(), fresh[0].state_dict().values()):
+        assert torch.equal(a, b)
+    assert verify(tmp_path / "hot" / "exp" / "run" / "step_00000004").ok  # now cached in the hot tier again
+
+
+def test_a_cold_copy_an_emergency_left_to_the_next_start_is_made_there(run_dir, tmp_path):
+    tiers = dict(hot_dir=str(tmp_path / "hot"), cold=ColdTierConfig(url=str(tmp_path / "cold")),
+                 emergency_reserve_s=0.0)
+    cp = make(run_dir, cluster=ClusterConfig(term_grace_s=30.0), **tiers)
+    model, opt, sched = trained(0)
+    cp.resume(*trained(5))
+    # Saves measured at 1 MB/s, copies to the cold tier at 1 kB/s: the copy cannot fit in 30 s.
+    cp.ledger = [{"event": "save", "bytes": 10**6, "seconds": 1.0}, {"event": "cold_copy", "bytes": 1000, "seconds": 1.0}]
+    cp.emergency_save(6, job_snapshot(model, opt, sched, 6), "SIGTERM", time.time())
+    cp.close()
+    assert ledger(run_dir, "emergency_plan")[0]["plan"] == "full"
+    assert not ledger(run_dir, "cold_copy")
+
+    nxt = make(run_dir, **tiers)
+    nxt.resume(*trained(1))
+    nxt.close()
+    assert [e["step"] for e in ledger(run_dir, "cold_copy")] == [6]

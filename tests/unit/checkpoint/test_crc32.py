@@ -1,0 +1,26 @@
+import os
+import zlib
+
+import pytest
+
+from resilient_slurm.checkpoint.crc32 import combine_all, crc32_combine
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [(b"", b""), (b"abc", b""), (b"", b"xyz"), (b"x", b"y"), (os.urandom(1000), os.urandom(77777)),
+     (os.urandom(5), os.urandom(1 << 20)), (b"\0" * 4096, b"\xff" * 3)],
+)
+def test_combined_crc_is_the_crc_of_the_concatenation(a, b):
+    assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4096, 100_003])
+def test_any_split_of_a_buffer_combines_to_its_crc(piece):
+    data = os.urandom(300_000)
+    parts = [(zlib.crc32(data[i : i + piece]), len(data[i : i + piece])) for i in range(0, len(data), piece)]
+    assert combine_all(parts) == zlib.crc32(data)
+
+
+def test_no_parts_is_the_crc_of_nothing():
+    assert combine_all([]) == zlib.crc32(b"") == 0

@@ -1,0 +1,92 @@
+"""Loading: in place, RNG states for ranks a checkpoint has none for, and the fallback across tiers."""
+
+import torch
+
+from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.load import load_into, resume
+from resilient_slurm.checkpoint.save import save
+from resilient_slurm.checkpoint.state import (
+    Snapshot, capture_rng, model_tensors, optimizer_meta, optimizer_tensors, param_names,
+)
+from resilient_slurm.checkpoint.verify import verify
+from resilient_slurm.config import ModelConfig, OptimConfig
+from resilient_slurm.distributed import Comm, RankInfo
+from resilient_slurm.optim import build_optimizer, build_scheduler
+from resilient_slurm.workload.model import build_model
+
+TINY = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
+                   max_seq_len=16)
+COMM = Comm(RankInfo(0, 1, 0, "", 0))
+
+
+def trained(seed):
+    model = build_model(TINY, seed)
+    opt = build_optimizer(model, OptimConfig())
+    sched = build_scheduler(opt, OptimConfig(), 10)
+    model(torch.randint(0, 64, (2, 8))).sum().backward()
+    opt.step()
+    sched.step()
+    return model, opt, sched
+
+
+def saved(root, step, seed=0):
+    model, opt, sched = trained(seed)
+    names = param_names(model)
+    snap = Snapshot(model_tensors(model), optimizer_tensors(opt, names), capture_rng(),
+                    {layout.TRAIN_STATE: {"step": step, "run_id": "abc"}, layout.SCHEDULER: sched.state_dict(),
+                     layout.OPTIMIZER_META: optimizer_meta(opt, names)})
+    return save(root, step, snap, COMM, 1 << 30, 2).path, (model, opt)
+
+
+def test_optimizer_state_that_exists_is_loaded_in_place(tmp_path):
+    path, (model, opt) = saved(tmp_path, 1)
+    target_model, target_opt, target_sched = trained(7)
+    before = {n: t.data_ptr() for n, t in optimizer_tensors(target_opt, param_names(target_model)).items()}
+    load_into(path, verify(path).manifest, 0, target_model, target_opt, target_sched, io_threads=2)
+    after = optimizer_tensors(target_opt, param_names(target_model))
+    assert {n: t.data_ptr() for n, t in after.items()} == before
+    for n, t in optimizer_tensors(opt, param_names(model)).items():
+        assert torch.equal(after[n], t)
+
+
+def test_a_rank_without_saved_rng_states_is_seeded_from_run_step_and_rank(tmp_path):
+    path, _ = saved(tmp_path, 3)  # saved by one rank: only rng/rank-00000.json
+    draws = {}
+    for rank in (1, 1, 2):
+        restored = load_into(path, verify(path).manifest, rank, *trained(0), io_threads=1)
+        assert restored.rng == "reseeded" and restored.saved_world_size == 1
+        draws.setdefault(rank, []).append(torch.rand(4))
+    assert torch.equal(draws[1][0], draws[1][1])  # reproducible
+    assert not torch.equal(draws[1][0], draws[2][0])  # independent streams per rank
+    assert load_into(path, verify(path).manifest, 0, *trained(0), io_threads=1).rng == "restored"
+
+
+class FailingCold:
+    url = "mem://cold"
+
+    def __init__(self, steps):
+        self._steps = steps
+
+    def steps(self):
+        return self._steps
+
+    def describe(self, step):
+        return f"{self.url}/step_{step:08d}"
+
+    def download(self, step, dest):
+        raise OSError("connection reset")
+
+
+def test_a_cold_copy_that_cannot_be_fetched_is_skipped_for_an_older_hot_one(tmp_path):
+    saved(tmp_path, 2)
+    outcome = resume(tmp_path, COMM, *trained(3), io_threads=1, cold=FailingCold([5, 2]))
+    assert outcome.restored is not None and outcome.restored.train_state["step"] == 2
+    assert outcome.restored.source == "hot"
+    assert outcome.skipped == [("mem://cold/step_00000005", "copy from the cold tier failed: OSError: connection reset")]
+
+
+def test_before_step_only_considers_earlier_checkpoints(tmp_path):
+    for step in (2, 4, 6):
+        saved(tmp_path, step)
+    outcome = resume(tmp_path, COMM, *trained(3), io_threads=1, before_step=6)
+    assert outcome.restored.train_state["step"] == 4 and not outcome.skipped
