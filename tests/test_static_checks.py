@@ -11,9 +11,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "resilient_slurm"
 
 # Decisions, parsers, catalogs and layouts: they take data and return data.
-PURE = ["monitor.py", "recovery.py", "naming.py", "checkpoint/layout.py", "checkpoint/manifest.py",
-        "checkpoint/policy.py", "checkpoint/retention.py", "health/xid_catalog.py", "health/kernel_log.py",
-        "health/verdict.py"]
+PURE = ["monitor.py", "recovery.py", "naming.py", "goodput.py", "tracking/history.py", "checkpoint/layout.py",
+        "checkpoint/manifest.py", "checkpoint/policy.py", "checkpoint/retention.py", "checkpoint/crc32.py",
+        "checkpoint/costs.py", "checkpoint/deadline.py", "checkpoint/interval.py", "health/xid_catalog.py",
+        "health/kernel_log.py", "health/verdict.py"]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "submitit", "pynvml",
                 "fcntl", "mmap", "requests", "urllib"}
 
