@@ -98,8 +98,15 @@ def master_port(job_id: str) -> int:
 def scontrol(*args: str, binary: str = DEFAULT_SCONTROL, timeout_s: float = SCONTROL_TIMEOUT_S) -> tuple[bool, str]:
     """Run `scontrol ARGS`; (ok, stdout or a one-line reason). Never raises."""
     # Imported here: subprocess costs start-up time that a healthy xid_scan never needs.
+    import signal
     import subprocess
 
+    # A job that requeues itself is sent SIGTERM, every process of it, right away; the command that
+    # follows (ExcNodeList of the now pending job) must still finish. The child inherits this
+    # thread's signal mask (blocked here, around the fork, rather than in a preexec_fn, which is
+    # unsafe in a process with threads); the timeout and Slurm's SIGKILL after KillWait bound it.
+    # A SIGTERM meant for this process stays pending until the mask is restored, then is handled.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     try:
         done = subprocess.run(
             [binary, *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False,
@@ -110,6 +117,8 @@ def scontrol(*args: str, binary: str = DEFAULT_SCONTROL, timeout_s: float = SCON
         return False, f"{binary} {args[0]} did not finish within {timeout_s:g} s"
     except OSError as exc:
         return False, f"cannot run {binary}: {exc.strerror}"
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     if done.returncode != 0:
         why = done.stderr.decode("utf-8", "replace").strip().splitlines()
         return False, f"{binary} {args[0]} exited {done.returncode}: {why[0] if why else 'no message'}"

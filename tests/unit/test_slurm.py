@@ -66,3 +66,21 @@ def test_rendered_sbatch_carries_our_signal_requeue_and_append(tmp_path):
     assert "#SBATCH --signal=USR1@90" in lines and not any("USR2" in line for line in lines)
     assert "#SBATCH --requeue" in lines and "#SBATCH --open-mode=append" in lines
     assert "#SBATCH --nodes=2" in lines and "#SBATCH --exclude=n3" in lines and "#SBATCH --time=30" in lines
+
+
+def test_scontrol_finishes_even_when_the_job_is_being_sent_sigterm(tmp_path):
+    """After `scontrol requeue` Slurm sends SIGTERM to every process of the job; the scontrol run
+    right after it (ExcNodeList) must not die of it. A stand-in scontrol signals itself."""
+    import os
+
+    from resilient_slurm.slurm import scontrol
+
+    fake = tmp_path / "scontrol"
+    fake.write_text("#!/bin/sh\nkill -TERM $$\necho \"updated $*\"\n")
+    fake.chmod(0o755)
+    ok, out = scontrol("update", "jobid=7", "ExcNodeList=n1", binary=str(fake))
+    assert ok and out.strip() == "updated update jobid=7 ExcNodeList=n1"
+    import signal
+
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())  # the caller's mask is restored
+    assert os.getpid()  # and this process is still here
