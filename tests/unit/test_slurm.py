@@ -71,7 +71,7 @@ def test_rendered_sbatch_carries_our_signal_requeue_and_append(tmp_path):
 def test_scontrol_finishes_even_when_the_job_is_being_sent_sigterm(tmp_path):
     """After `scontrol requeue` Slurm sends SIGTERM to every process of the job; the scontrol run
     right after it (ExcNodeList) must not die of it. A stand-in scontrol signals itself."""
-    import os
+    import signal
 
     from resilient_slurm.slurm import scontrol
 
@@ -80,7 +80,4 @@ def test_scontrol_finishes_even_when_the_job_is_being_sent_sigterm(tmp_path):
     fake.chmod(0o755)
     ok, out = scontrol("update", "jobid=7", "ExcNodeList=n1", binary=str(fake))
     assert ok and out.strip() == "updated update jobid=7 ExcNodeList=n1"
-    import signal
-
     assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())  # the caller's mask is restored
-    assert os.getpid()  # and this process is still here
