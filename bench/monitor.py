@@ -1,6 +1,6 @@
 """What in-training monitoring costs per step, on the tiny_sft model (target: <= 1% of a step).
 
-    python bench/monitor.py [--steps 200]
+    python bench/monitor.py [--steps 600] [--blocks 12]
 
 Two measurements, both in one process:
 - the monitoring work itself, timed call by call: detectors (`Monitor.observe`), the watchdog
@@ -37,8 +37,8 @@ from resilient_slurm.workload.model import build_model  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--blocks", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--blocks", type=int, default=12)
     args = parser.parse_args()
     cfg = Config()  # the tiny_sft model and batch: d=256, 4 layers, 8 x 128 tokens
     torch.set_num_threads(2)
