@@ -100,10 +100,7 @@ def write_files(files: Sequence[OutFile], threads: int) -> list[FileDigest]:
     finally:
         for fd in fds:
             os.close(fd)
-    parts: list[list[tuple[int, int]]] = [[] for _ in files]
-    for (i, start, end), crc in zip(ranges, crcs):
-        parts[i].append((crc, end - start))
-    return [FileDigest(f.nbytes, combine_all(p)) for f, p in zip(files, parts)]
+    return [FileDigest(f.nbytes, crc) for f, crc in zip(files, _file_crcs(len(files), ranges, crcs))]
 
 
 def read_files(files: Sequence[InFile], threads: int) -> list[int]:
@@ -122,7 +119,12 @@ def read_files(files: Sequence[InFile], threads: int) -> list[int]:
     finally:
         for fd in fds:
             os.close(fd)
-    parts: list[list[tuple[int, int]]] = [[] for _ in files]
+    return _file_crcs(len(files), ranges, crcs)
+
+
+def _file_crcs(n: int, ranges: list[tuple[int, int, int]], crcs: list[int]) -> list[int]:
+    """Each file's CRC32 from the CRCs of its (file, start, end) ranges."""
+    parts: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     for (i, start, end), crc in zip(ranges, crcs):
         parts[i].append((crc, end - start))
     return [combine_all(p) for p in parts]

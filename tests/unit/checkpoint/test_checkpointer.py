@@ -9,18 +9,19 @@ import time
 import pytest
 import torch
 
-from resilient_slurm.checkpoint import layout, save as save_module
-from resilient_slurm.checkpoint.checkpointer import CheckpointFailed, Checkpointer
+from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint import save as save_module
+from resilient_slurm.checkpoint.checkpointer import Checkpointer, CheckpointFailed
 from resilient_slurm.checkpoint.verify import verify
-from resilient_slurm.config import CheckpointConfig, ClusterConfig, ColdTierConfig, ModelConfig, OptimConfig
+from resilient_slurm.config import (
+    CheckpointConfig,
+    ClusterConfig,
+    ColdTierConfig,
+)
 from resilient_slurm.distributed import Comm, RankInfo
 from resilient_slurm.events import EventLog, read_events
-from resilient_slurm.optim import build_optimizer, build_scheduler
-from resilient_slurm.workload.model import build_model
 from tests.unit.checkpoint.conftest import snapshot
-
-TINY = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
-                   max_seq_len=16)
+from tests.unit.checkpoint.tiny import trained
 
 
 @pytest.fixture
@@ -136,20 +137,16 @@ def test_a_stop_with_no_deadline_saves_everything(run_dir):
     assert chosen["plan"] == "full" and chosen["budget_s"] is None
 
 
-def trained(seed):
-    torch.manual_seed(seed)
-    model = build_model(TINY, seed)
-    opt = build_optimizer(model, OptimConfig())
-    sched = build_scheduler(opt, OptimConfig(), 10)
-    model(torch.randint(0, 64, (2, 8))).sum().backward()
-    opt.step()
-    sched.step()
-    return model, opt, sched
 
 
 def job_snapshot(model, opt, sched, step):
     from resilient_slurm.checkpoint.state import (
-        Snapshot, capture_rng, model_tensors, optimizer_meta, optimizer_tensors, param_names,
+        Snapshot,
+        capture_rng,
+        model_tensors,
+        optimizer_meta,
+        optimizer_tensors,
+        param_names,
     )
 
     names = param_names(model)
@@ -171,7 +168,7 @@ def test_young_daly_sets_the_interval_from_measured_cost_and_records_changes(run
     (iv,) = ledger(run_dir, "checkpoint_interval")
     saved = ledger(run_dir, "save")[0]
     expected = max((2 * saved["blocking_s"] * 3600.0) ** 0.5, saved["seconds"], 1.0)
-    assert iv["interval_s"] == pytest.approx(expected, rel=0.01)
+    assert iv["interval_s"] == pytest.approx(expected, rel=0.01, abs=0.05)  # the event rounds to 0.1 s
     assert iv["failures"] == 0 and iv["mtbf_h"] == pytest.approx(1.0, abs=0.01)
     assert cp.interval.seconds == pytest.approx(expected, rel=0.01)
 

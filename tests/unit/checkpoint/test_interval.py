@@ -4,7 +4,12 @@ import pytest
 
 from resilient_slurm.checkpoint.costs import save_costs
 from resilient_slurm.checkpoint.interval import (
-    FailureHistory, changed, choose_interval, failure_history, mtbf_s, young_daly_s,
+    FailureHistory,
+    changed,
+    choose_interval,
+    failure_history,
+    mtbf_s,
+    young_daly_s,
 )
 
 H = 3600.0

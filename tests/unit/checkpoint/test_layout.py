@@ -1,6 +1,11 @@
 import pytest
 
-from resilient_slurm.checkpoint.layout import index_for, parse_step_dir, plan_shards, step_dir_name
+from resilient_slurm.checkpoint.layout import (
+    index_for,
+    parse_step_dir,
+    plan_shards,
+    step_dir_name,
+)
 
 
 @pytest.mark.parametrize(

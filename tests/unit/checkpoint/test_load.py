@@ -6,27 +6,20 @@ from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.load import load_into, resume
 from resilient_slurm.checkpoint.save import save
 from resilient_slurm.checkpoint.state import (
-    Snapshot, capture_rng, model_tensors, optimizer_meta, optimizer_tensors, param_names,
+    Snapshot,
+    capture_rng,
+    model_tensors,
+    optimizer_meta,
+    optimizer_tensors,
+    param_names,
 )
 from resilient_slurm.checkpoint.verify import verify
-from resilient_slurm.config import ModelConfig, OptimConfig
 from resilient_slurm.distributed import Comm, RankInfo
-from resilient_slurm.optim import build_optimizer, build_scheduler
-from resilient_slurm.workload.model import build_model
+from tests.unit.checkpoint.tiny import trained
 
-TINY = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
-                   max_seq_len=16)
 COMM = Comm(RankInfo(0, 1, 0, "", 0))
 
 
-def trained(seed):
-    model = build_model(TINY, seed)
-    opt = build_optimizer(model, OptimConfig())
-    sched = build_scheduler(opt, OptimConfig(), 10)
-    model(torch.randint(0, 64, (2, 8))).sum().backward()
-    opt.step()
-    sched.step()
-    return model, opt, sched
 
 
 def saved(root, step, seed=0):

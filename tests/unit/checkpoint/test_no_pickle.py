@@ -6,28 +6,21 @@ import pickle
 import torch
 
 from resilient_slurm.checkpoint.load import resume
-from resilient_slurm.config import ModelConfig, OptimConfig
-from resilient_slurm.distributed import Comm, RankInfo
-from resilient_slurm.optim import build_optimizer, build_scheduler
 from resilient_slurm.checkpoint.safetensors_io import read_header
 from resilient_slurm.checkpoint.save import save
 from resilient_slurm.checkpoint.state import (
-    Snapshot, capture_rng, model_tensors, optimizer_meta, optimizer_tensors, param_names,
+    Snapshot,
+    capture_rng,
+    model_tensors,
+    optimizer_meta,
+    optimizer_tensors,
+    param_names,
 )
+from resilient_slurm.config import OptimConfig
+from resilient_slurm.distributed import Comm, RankInfo
+from resilient_slurm.optim import build_optimizer, build_scheduler
 from resilient_slurm.workload.model import build_model
-
-CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
-                  max_seq_len=16)
-
-
-def trained(seed):
-    model = build_model(CFG, seed)
-    opt = build_optimizer(model, OptimConfig())
-    sched = build_scheduler(opt, OptimConfig(), 10)
-    model(torch.randint(0, 64, (2, 8))).sum().backward()
-    opt.step()
-    sched.step()
-    return model, opt, sched
+from tests.unit.checkpoint.tiny import TINY, trained
 
 
 def test_checkpoint_files_are_safetensors_or_json_and_resume_never_unpickles(tmp_path, monkeypatch):
@@ -53,7 +46,7 @@ def test_checkpoint_files_are_safetensors_or_json_and_resume_never_unpickles(tmp
     monkeypatch.setattr(torch, "load", refuse)
     monkeypatch.setattr(pickle, "load", refuse)
     monkeypatch.setattr(pickle, "loads", refuse)
-    fresh = build_model(CFG, 99)
+    fresh = build_model(TINY, 99)
     fresh_opt = build_optimizer(fresh, OptimConfig())
     fresh_sched = build_scheduler(fresh_opt, OptimConfig(), 10)
     outcome = resume(tmp_path, comm, fresh, fresh_opt, fresh_sched, io_threads=2)

@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from resilient_slurm.checkpoint import parallel_io
-from resilient_slurm.checkpoint.parallel_io import InFile, OutFile, ShortFileError, read_files, write_files
+from resilient_slurm.checkpoint.parallel_io import (
+    InFile,
+    OutFile,
+    ShortFileError,
+    read_files,
+    write_files,
+)
 
 
 @pytest.fixture(autouse=True)

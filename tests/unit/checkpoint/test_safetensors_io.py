@@ -6,7 +6,13 @@ import torch
 from safetensors.torch import load_file
 
 from resilient_slurm.checkpoint.safetensors_io import (
-    FormatError, build_header, file_crc32, parse_header, read_header, read_into, write_file,
+    FormatError,
+    build_header,
+    file_crc32,
+    parse_header,
+    read_header,
+    read_into,
+    write_file,
 )
 
 
