@@ -47,7 +47,11 @@ from resilient_slurm.checkpoint.async_save import AsyncSaver  # noqa: E402
 from resilient_slurm.checkpoint.load import load_into  # noqa: E402
 from resilient_slurm.checkpoint.save import save  # noqa: E402
 from resilient_slurm.checkpoint.state import (  # noqa: E402
-    Snapshot, capture_rng, model_tensors, optimizer_meta, optimizer_tensors, param_names,
+    Snapshot,
+    capture_snapshot,
+    model_tensors,
+    optimizer_tensors,
+    param_names,
 )
 from resilient_slurm.checkpoint.verify import verify  # noqa: E402
 from resilient_slurm.config import CheckpointConfig, ModelConfig, OptimConfig  # noqa: E402
@@ -116,9 +120,7 @@ class Methods:
         self.stager = DefaultStager(StagingOptions(False, False, False, False))
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(model_tensors(self.model), optimizer_tensors(self.opt, self.names), capture_rng(),
-                        {"train_state.json": {"step": 1}, "scheduler.json": self.sched.state_dict(),
-                         "optimizer.json": optimizer_meta(self.opt, self.names)})
+        return capture_snapshot(self.model, self.opt, self.sched, {"step": 1})
 
     def dcp_state(self) -> dict:
         msd, osd = get_state_dict(self.model, self.opt)

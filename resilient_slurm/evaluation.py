@@ -28,7 +28,17 @@ from torch import nn
 
 from resilient_slurm.config import Config
 from resilient_slurm.distributed import Comm
-from resilient_slurm.workload.data import BOS, EOS, FIRST_ITEM, SEP, TASK_TOKEN, VAL_SPLIT, Sample, collate, make_sample
+from resilient_slurm.workload.data import (
+    BOS,
+    EOS,
+    FIRST_ITEM,
+    SEP,
+    TASK_TOKEN,
+    VAL_SPLIT,
+    Sample,
+    collate,
+    make_sample,
+)
 from resilient_slurm.workload.model import IGNORE_INDEX, token_loss_sum
 
 _TASK_OF_TOKEN = {token: task for task, token in TASK_TOKEN.items()}

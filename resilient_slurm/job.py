@@ -11,19 +11,19 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from resilient_slurm import record, rundir
-from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
 from resilient_slurm.checkpoint.load import Restored
 from resilient_slurm.checkpoint.state import (
-    Snapshot, capture_rng, model_tensors, optimizer_meta, optimizer_tensors, param_names,
+    Snapshot,
+    capture_snapshot,
 )
 from resilient_slurm.config import Config
 from resilient_slurm.distributed import Comm, RankInfo
@@ -347,7 +347,6 @@ class _Loop:
         return ExitCode.RESUME
 
     def _snapshot(self, reason: str) -> Snapshot:
-        names = param_names(self.model)
         p = self.progress
         train_state = {
             "step": p.step, "epoch": self.sampler.epoch, "samples_consumed": self.sampler.state.samples_consumed,
@@ -355,16 +354,7 @@ class _Loop:
             "saved_at": utc_now(), "world_size": self.comm.world_size,
             "global_batch_size": self.cfg.data.global_batch_size, **self.identity,
         }
-        return Snapshot(
-            model=model_tensors(self.model),
-            optimizer=optimizer_tensors(self.optimizer, names),
-            rng=capture_rng(),
-            json_files={
-                layout.TRAIN_STATE: train_state,
-                layout.SCHEDULER: self.scheduler.state_dict(),
-                layout.OPTIMIZER_META: optimizer_meta(self.optimizer, names),
-            },
-        )
+        return capture_snapshot(self.model, self.optimizer, self.scheduler, train_state)
 
 
 def _one_hot(size: int, index: int, value: float) -> list[float]:

@@ -23,7 +23,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from resilient_slurm.config import PLACEMENT_PREFIXES, Config, ConfigError, flatten, to_config, to_dict
+from resilient_slurm.config import (
+    PLACEMENT_PREFIXES,
+    Config,
+    ConfigError,
+    flatten,
+    to_config,
+    to_dict,
+)
 from resilient_slurm.events import utc_now
 from resilient_slurm.naming import ablation_group, run_name
 from resilient_slurm.record import record_launch

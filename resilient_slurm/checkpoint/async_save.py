@@ -19,7 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from resilient_slurm.checkpoint.save import (
-    Collectives, SaveError, SaveResult, rank_files, tmp_path, write_and_commit,
+    Collectives,
+    SaveError,
+    SaveResult,
+    rank_files,
+    tmp_path,
+    write_and_commit,
 )
 from resilient_slurm.checkpoint.staging import Stager
 from resilient_slurm.checkpoint.state import Snapshot

@@ -20,7 +20,13 @@ from resilient_slurm.checkpoint.cold import ColdTier
 from resilient_slurm.checkpoint.costs import save_costs
 from resilient_slurm.checkpoint.deadline import EmergencyPlan, choose_plan, grace_s
 from resilient_slurm.checkpoint.group import checkpoint_group
-from resilient_slurm.checkpoint.interval import Interval, changed, choose_interval, failure_history, mtbf_s
+from resilient_slurm.checkpoint.interval import (
+    Interval,
+    changed,
+    choose_interval,
+    failure_history,
+    mtbf_s,
+)
 from resilient_slurm.checkpoint.policy import SaveClock, step_reason, time_due
 from resilient_slurm.checkpoint.retention import CheckpointInfo, plan_retention
 from resilient_slurm.checkpoint.save import SaveError, SaveResult, save

@@ -29,9 +29,19 @@ from torch import nn
 from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.manifest import Manifest
 from resilient_slurm.checkpoint.parallel_io import ShortFileError, read_files
-from resilient_slurm.checkpoint.safetensors_io import FormatError, TensorInfo, in_file, read_header
+from resilient_slurm.checkpoint.safetensors_io import (
+    FormatError,
+    TensorInfo,
+    in_file,
+    read_header,
+)
 from resilient_slurm.checkpoint.state import (
-    model_tensors, optimizer_tensors, param_names, reseed_rng, restore_optimizer, restore_rng,
+    model_tensors,
+    optimizer_tensors,
+    param_names,
+    reseed_rng,
+    restore_optimizer,
+    restore_rng,
 )
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.distributed import Comm

@@ -18,7 +18,13 @@ from typing import Any
 
 import torch
 
-from resilient_slurm.checkpoint.parallel_io import FileDigest, InFile, OutFile, read_files, write_files
+from resilient_slurm.checkpoint.parallel_io import (
+    FileDigest,
+    InFile,
+    OutFile,
+    read_files,
+    write_files,
+)
 
 MAX_HEADER_BYTES = 100 << 20
 _ALIGN = 8

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from resilient_slurm.checkpoint import layout
+
 
 @dataclass
 class Snapshot:
@@ -26,6 +28,22 @@ class Snapshot:
     rng: dict[str, Any]
     json_files: dict[str, Any] = field(default_factory=dict)
     """Files rank 0 writes (train_state.json, scheduler.json, optimizer.json), by name."""
+
+
+def capture_snapshot(model: nn.Module, optimizer: torch.optim.Optimizer,
+                     scheduler: torch.optim.lr_scheduler.LRScheduler, train_state: dict[str, Any]) -> Snapshot:
+    """This rank's whole training state, as a checkpoint stores it (tensors by name, the rest JSON)."""
+    names = param_names(model)
+    return Snapshot(
+        model=model_tensors(model),
+        optimizer=optimizer_tensors(optimizer, names),
+        rng=capture_rng(),
+        json_files={
+            layout.TRAIN_STATE: train_state,
+            layout.SCHEDULER: scheduler.state_dict(),
+            layout.OPTIMIZER_META: optimizer_meta(optimizer, names),
+        },
+    )
 
 
 def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:

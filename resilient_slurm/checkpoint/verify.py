@@ -7,8 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from resilient_slurm.checkpoint import layout
-from resilient_slurm.checkpoint.manifest import Manifest, ManifestError, is_safe_relative
-from resilient_slurm.checkpoint.safetensors_io import FormatError, file_crc32, read_header
+from resilient_slurm.checkpoint.manifest import (
+    Manifest,
+    ManifestError,
+    is_safe_relative,
+)
+from resilient_slurm.checkpoint.safetensors_io import (
+    FormatError,
+    file_crc32,
+    read_header,
+)
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,15 @@ from resilient_slurm.health.scan import (
     restart_count_from_env,
     run_scan,
 )
-from resilient_slurm.slurm import DEFAULT_SCONTROL, drain_node
 from resilient_slurm.health.verdict import Verdict
-from resilient_slurm.health.xid_catalog import CATALOG, Action, XidRow, parse_overrides, with_overrides
+from resilient_slurm.health.xid_catalog import (
+    CATALOG,
+    Action,
+    XidRow,
+    parse_overrides,
+    with_overrides,
+)
+from resilient_slurm.slurm import DEFAULT_SCONTROL, drain_node
 
 EXIT_OK, EXIT_NODE_OUT, EXIT_USAGE, EXIT_SCAN_FAILED = 0, 1, 2, 3
 DEFAULT_STATE_DIR = "/var/lib/resilient_slurm/xid_scan"

@@ -27,10 +27,26 @@ import time
 from collections.abc import Callable, Mapping
 
 from resilient_slurm.health.kernel_log import KernelLogParser, XidEvent
-from resilient_slurm.health.log_sources import Cursor, LogReadError, ReadResult, read_log
+from resilient_slurm.health.log_sources import (
+    Cursor,
+    LogReadError,
+    ReadResult,
+    read_log,
+)
 from resilient_slurm.health.node_state import NodeState
-from resilient_slurm.health.nvml_checks import DEFAULT_MAX_TEMP_C, check_gpus, probe_gpus
-from resilient_slurm.health.verdict import Finding, HistoryEntry, Verdict, check_xid_events, decide, remember
+from resilient_slurm.health.nvml_checks import (
+    DEFAULT_MAX_TEMP_C,
+    check_gpus,
+    probe_gpus,
+)
+from resilient_slurm.health.verdict import (
+    Finding,
+    HistoryEntry,
+    Verdict,
+    check_xid_events,
+    decide,
+    remember,
+)
 from resilient_slurm.health.xid_catalog import CATALOG, Action, XidRow
 
 CONTEXTS = ("prolog", "epilog", "preflight", "manual")

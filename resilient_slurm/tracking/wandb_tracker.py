@@ -35,7 +35,12 @@ from resilient_slurm.config import Config, to_dict
 from resilient_slurm.metrics import read_metrics
 from resilient_slurm.tracking import wandb_files
 from resilient_slurm.tracking.base import Table
-from resilient_slurm.tracking.history import CommitBuffer, Row, attach_events, resume_point
+from resilient_slurm.tracking.history import (
+    CommitBuffer,
+    Row,
+    attach_events,
+    resume_point,
+)
 
 log = logging.getLogger("resilient_slurm")
 MARK = "history_mark.json"

@@ -18,7 +18,13 @@ from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.distributed import Comm, RankInfo
 from resilient_slurm.exit_codes import ExitCode
 from tests.integration.runs import (
-    assert_bit_identical, events, final_tensors, finish, interrupt, launch, run_dir,
+    assert_bit_identical,
+    events,
+    final_tensors,
+    finish,
+    interrupt,
+    launch,
+    run_dir,
 )
 
 pytestmark = pytest.mark.slow

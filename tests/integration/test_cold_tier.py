@@ -16,7 +16,15 @@ from safetensors.torch import load_file
 
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
-from tests.integration.runs import assert_bit_identical, events, final_tensors, finish, interrupt, launch, run_dir
+from tests.integration.runs import (
+    assert_bit_identical,
+    events,
+    final_tensors,
+    finish,
+    interrupt,
+    launch,
+    run_dir,
+)
 from tests.s3_server import s3_bucket
 
 pytestmark = pytest.mark.slow

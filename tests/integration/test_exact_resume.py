@@ -7,7 +7,13 @@ import pytest
 
 from resilient_slurm.exit_codes import ExitCode
 from tests.integration.runs import (
-    assert_bit_identical, events, final_tensors, finish, interrupt, launch, run_dir,
+    assert_bit_identical,
+    events,
+    final_tensors,
+    finish,
+    interrupt,
+    launch,
+    run_dir,
 )
 
 pytestmark = pytest.mark.slow

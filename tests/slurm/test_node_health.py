@@ -10,7 +10,14 @@ import subprocess
 import pytest
 
 from tests.integration.runs import assert_bit_identical, events, final_tensors, run_dir
-from tests.slurm.jobs import describe, job_state, reference, submit, wait_for_end, wait_for_step
+from tests.slurm.jobs import (
+    describe,
+    job_state,
+    reference,
+    submit,
+    wait_for_end,
+    wait_for_step,
+)
 
 pytestmark = pytest.mark.slurm
 

@@ -10,9 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.runs import REPO, SMALL, assert_bit_identical, events, final_tensors, run_dir
+from tests.integration.runs import (
+    REPO,
+    SMALL,
+    assert_bit_identical,
+    events,
+    final_tensors,
+    run_dir,
+)
 from tests.slurm.jobs import (
-    describe, job_state, kill_task, reference, submit, wait_for_end, wait_for_step, wait_until,
+    describe,
+    job_state,
+    kill_task,
+    reference,
+    submit,
+    wait_for_end,
+    wait_for_step,
+    wait_until,
 )
 
 pytestmark = pytest.mark.slurm

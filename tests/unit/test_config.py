@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from resilient_slurm.config import ConfigError, to_config, validate, Config
+from resilient_slurm.config import Config, ConfigError, to_config, validate
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 

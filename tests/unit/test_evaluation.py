@@ -9,8 +9,21 @@ from torch import nn
 
 from resilient_slurm.config import Config
 from resilient_slurm.distributed import Comm, RankInfo
-from resilient_slurm.evaluation import Evaluator, ExactMatch, Prediction, greedy_decode, render_tokens
-from resilient_slurm.workload.data import EOS, FIRST_ITEM, SEP, TASK_TOKEN, VAL_SPLIT, make_sample
+from resilient_slurm.evaluation import (
+    Evaluator,
+    ExactMatch,
+    Prediction,
+    greedy_decode,
+    render_tokens,
+)
+from resilient_slurm.workload.data import (
+    EOS,
+    FIRST_ITEM,
+    SEP,
+    TASK_TOKEN,
+    VAL_SPLIT,
+    make_sample,
+)
 from resilient_slurm.workload.model import build_model
 
 

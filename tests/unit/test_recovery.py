@@ -1,7 +1,16 @@
 import pytest
 
 from resilient_slurm.recovery import (
-    EXIT, FINISH, GIVE_UP, REQUEUE, Failure, classify, decide, failures_without_progress, on_findings, restart_cause,
+    EXIT,
+    FINISH,
+    GIVE_UP,
+    REQUEUE,
+    Failure,
+    classify,
+    decide,
+    failures_without_progress,
+    on_findings,
+    restart_cause,
 )
 
 

@@ -12,6 +12,7 @@ import torch
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint import save as save_module
 from resilient_slurm.checkpoint.checkpointer import Checkpointer, CheckpointFailed
+from resilient_slurm.checkpoint.state import capture_snapshot
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.config import (
     CheckpointConfig,
@@ -140,19 +141,7 @@ def test_a_stop_with_no_deadline_saves_everything(run_dir):
 
 
 def job_snapshot(model, opt, sched, step):
-    from resilient_slurm.checkpoint.state import (
-        Snapshot,
-        capture_rng,
-        model_tensors,
-        optimizer_meta,
-        optimizer_tensors,
-        param_names,
-    )
-
-    names = param_names(model)
-    return Snapshot(model_tensors(model), optimizer_tensors(opt, names), capture_rng(),
-                    {layout.TRAIN_STATE: {"step": step, "run_id": "r"}, layout.SCHEDULER: sched.state_dict(),
-                     layout.OPTIMIZER_META: optimizer_meta(opt, names)})
+    return capture_snapshot(model, opt, sched, {"step": step, "run_id": "r"})
 
 
 def test_young_daly_sets_the_interval_from_measured_cost_and_records_changes(run_dir):

@@ -2,14 +2,10 @@
 
 import torch
 
-from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.load import load_into, resume
 from resilient_slurm.checkpoint.save import save
 from resilient_slurm.checkpoint.state import (
-    Snapshot,
-    capture_rng,
-    model_tensors,
-    optimizer_meta,
+    capture_snapshot,
     optimizer_tensors,
     param_names,
 )
@@ -24,10 +20,7 @@ COMM = Comm(RankInfo(0, 1, 0, "", 0))
 
 def saved(root, step, seed=0):
     model, opt, sched = trained(seed)
-    names = param_names(model)
-    snap = Snapshot(model_tensors(model), optimizer_tensors(opt, names), capture_rng(),
-                    {layout.TRAIN_STATE: {"step": step, "run_id": "abc"}, layout.SCHEDULER: sched.state_dict(),
-                     layout.OPTIMIZER_META: optimizer_meta(opt, names)})
+    snap = capture_snapshot(model, opt, sched, {"step": step, "run_id": "abc"})
     return save(root, step, snap, COMM, 1 << 30, 2).path, (model, opt)
 
 

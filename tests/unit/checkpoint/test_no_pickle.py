@@ -9,10 +9,7 @@ from resilient_slurm.checkpoint.load import resume
 from resilient_slurm.checkpoint.safetensors_io import read_header
 from resilient_slurm.checkpoint.save import save
 from resilient_slurm.checkpoint.state import (
-    Snapshot,
-    capture_rng,
-    model_tensors,
-    optimizer_meta,
+    capture_snapshot,
     optimizer_tensors,
     param_names,
 )
@@ -27,9 +24,7 @@ def test_checkpoint_files_are_safetensors_or_json_and_resume_never_unpickles(tmp
     comm = Comm(RankInfo(0, 1, 0, "127.0.0.1", 0))
     model, opt, sched = trained(0)
     names = param_names(model)
-    snap = Snapshot(model_tensors(model), optimizer_tensors(opt, names), capture_rng(),
-                    {"train_state.json": {"step": 1}, "scheduler.json": sched.state_dict(),
-                     "optimizer.json": optimizer_meta(opt, names)})
+    snap = capture_snapshot(model, opt, sched, {"step": 1})
     ckpt = save(tmp_path, 1, snap, comm, 1 << 30, 2).path
     for f in ckpt.rglob("*"):
         if f.is_file():

@@ -5,7 +5,12 @@ import random
 import pytest
 from xid_corpus import CODE_LINES, PREFIXES, REAL_LINES, THREE_LINE_FALLEN_OFF
 
-from resilient_slurm.health.kernel_log import MAX_LINE_BYTES, KernelLogParser, XidEvent, parse_line
+from resilient_slurm.health.kernel_log import (
+    MAX_LINE_BYTES,
+    KernelLogParser,
+    XidEvent,
+    parse_line,
+)
 
 
 def parse_text(data: bytes) -> list[XidEvent]:

@@ -3,7 +3,12 @@
 import pytest
 
 from resilient_slurm.tracking.base import Table
-from resilient_slurm.tracking.history import LEDGER_TABLE, CommitBuffer, attach_events, resume_point
+from resilient_slurm.tracking.history import (
+    LEDGER_TABLE,
+    CommitBuffer,
+    attach_events,
+    resume_point,
+)
 
 
 @pytest.mark.parametrize(

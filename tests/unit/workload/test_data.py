@@ -2,7 +2,16 @@ import torch
 
 from resilient_slurm.config import DataConfig
 from resilient_slurm.workload.data import (
-    BOS, EOS, FIRST_ITEM, SEP, TASK_TOKEN, TRAIN_SPLIT, VAL_SPLIT, GlobalBatchSampler, collate, make_sample,
+    BOS,
+    EOS,
+    FIRST_ITEM,
+    SEP,
+    TASK_TOKEN,
+    TRAIN_SPLIT,
+    VAL_SPLIT,
+    GlobalBatchSampler,
+    collate,
+    make_sample,
 )
 from resilient_slurm.workload.model import IGNORE_INDEX
 
