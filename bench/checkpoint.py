@@ -55,8 +55,8 @@ from resilient_slurm.checkpoint.state import (  # noqa: E402
 )
 from resilient_slurm.checkpoint.verify import verify  # noqa: E402
 from resilient_slurm.config import CheckpointConfig, ModelConfig, OptimConfig  # noqa: E402
-from resilient_slurm.distributed import Comm, RankInfo  # noqa: E402
-from resilient_slurm.optim import build_optimizer, build_scheduler  # noqa: E402
+from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
+from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
 from resilient_slurm.workload.model import build_model  # noqa: E402
 
 SAVES = ("project", "torch.save", "safetensors", "DCP")

@@ -23,14 +23,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient_slurm.config import Config  # noqa: E402
-from resilient_slurm.distributed import Comm, RankInfo  # noqa: E402
-from resilient_slurm.events import EventLog  # noqa: E402
 from resilient_slurm.exit_codes import ExitCode  # noqa: E402
-from resilient_slurm.gpu_metrics import GpuSampler  # noqa: E402
-from resilient_slurm.monitor import Monitor, Observation  # noqa: E402
-from resilient_slurm.optim import build_optimizer, build_scheduler  # noqa: E402
-from resilient_slurm.train import Trainer  # noqa: E402
-from resilient_slurm.watchdog import Watchdog  # noqa: E402
+from resilient_slurm.ledger import EventLog  # noqa: E402
+from resilient_slurm.monitor.detectors import Monitor, Observation  # noqa: E402
+from resilient_slurm.monitor.gpu_sampler import GpuSampler  # noqa: E402
+from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
+from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
+from resilient_slurm.runtime.step import Trainer  # noqa: E402
+from resilient_slurm.runtime.watchdog import Watchdog  # noqa: E402
 from resilient_slurm.workload.data import GlobalBatchSampler  # noqa: E402
 from resilient_slurm.workload.model import build_model  # noqa: E402
 

@@ -211,7 +211,7 @@ class ClusterConfig:
 
 @dataclass
 class MonitorConfig:
-    """In-training fault detection (resilient_slurm/monitor.py) and what to do about findings."""
+    """In-training fault detection (resilient_slurm/monitor/detectors.py) and what to do about findings."""
 
     enabled: bool = True
     window: int = 50
@@ -266,7 +266,7 @@ class MonitorConfig:
 
 @dataclass
 class HealthConfig:
-    """The job's own node-health checks (resilient_slurm/health_watch.py), in Slurm jobs."""
+    """The job's own node-health checks (resilient_slurm/slurm/health_watch.py), in Slurm jobs."""
 
     preflight: bool = True
     """Check each node before training starts; a node that fails is refused and the job requeued without it."""

@@ -1,7 +1,9 @@
 """The project's static gates, run with the tests so CI enforces them: the type checker over the
-package, and the architecture rule that pure modules import nothing with side effects."""
+package, the architecture rules (pure modules import nothing with side effects; no import cycles;
+a small package root, every sub-package with its map)."""
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "resilient_slurm"
 
 # Decisions, parsers, catalogs and layouts: they take data and return data.
-PURE = ["monitor.py", "recovery.py", "naming.py", "goodput.py", "tracking/history.py", "checkpoint/layout.py",
+PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goodput.py", "slurm/env.py", "tracking/history.py", "checkpoint/layout.py",
         "checkpoint/manifest.py", "checkpoint/policy.py", "checkpoint/retention.py", "checkpoint/crc32.py",
         "checkpoint/costs.py", "checkpoint/deadline.py", "checkpoint/interval.py", "health/xid_catalog.py",
         "health/kernel_log.py", "health/verdict.py"]
@@ -36,3 +38,67 @@ def test_pure_modules_import_no_side_effecting_library(module):
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert not imported & SIDE_EFFECTS, f"{module} imports {sorted(imported & SIDE_EFFECTS)}"
+
+
+def _imports(path: Path) -> set[str]:
+    """Every `resilient_slurm` module a file imports, at module level or inside functions (a lazy
+    import still ties the two modules together), resolved to module names."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("resilient_slurm")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("resilient_slurm"):
+            # `from pkg import mod` imports a module when `mod` is one, else a name of `pkg`.
+            out |= {f"{node.module}.{a.name}" if _module_path(f"{node.module}.{a.name}") else node.module
+                    for a in node.names}
+    return out
+
+
+def _module_path(name: str) -> Path | None:
+    base = PACKAGE.parent.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_cycles():
+    graph = {_module_name(p): {m for m in _imports(p) if _module_path(m)} for p in PACKAGE.rglob("*.py")}
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_package_root_stays_small_and_every_sub_package_has_its_map():
+    root_modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root_modules) <= 8, root_modules
+    for init in PACKAGE.glob("*/__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        listed = {line.split()[0] for line in doc.splitlines() if line.startswith("    ") and line.split()}
+        modules = {p.stem for p in init.parent.glob("*.py")} - {"__init__"}
+        assert modules <= listed, f"{init.parent.name}/__init__.py's map lacks {sorted(modules - listed)}"
+
+
+def test_every_module_imports():
+    """Catches a stale import path, which mypy (with --ignore-missing-imports) lets through."""
+    for path in PACKAGE.rglob("*.py"):
+        if path.stem != "__main__":
+            importlib.import_module(_module_name(path))

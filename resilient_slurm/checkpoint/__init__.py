@@ -1,0 +1,27 @@
+"""Checkpoints: one directory per step, safetensors and JSON only, committed by a manifest written last.
+
+Modules, in the order a save
+and a resume use them:
+    layout         directory and file names; which rank writes which tensors            [pure]
+    manifest       sizes and CRC32s of every file: the commit marker                     [pure]
+    policy         when a save is due (every N steps, exponential, every T minutes)      [pure]
+    interval       the Young-Daly interval from measured cost and observed failures      [pure]
+    deadline       the emergency plan that fits the time left before the kill            [pure]
+    costs          save costs measured from the ledger                                   [pure]
+    retention      which checkpoints to delete or strip of optimizer state               [pure]
+    crc32          combining CRCs of file ranges written in parallel                     [pure]
+    state          training state ↔ named tensors and JSON (no pickle)
+    safetensors_io safetensors headers and files, written and read in ranges
+    parallel_io    range-parallel direct I/O with CRCs
+    staging        reusable aligned host buffers for background saves
+    save           the atomic sharded save protocol across ranks
+    group          the checkpoint's own process group (background saves)
+    async_save     the save in flight on its own thread
+    store          listing, quarantine, deletion and fsync of step directories
+    cold           the cold tier over fsspec (a shared path or s3://)
+    uploader       background, verified copies to the cold tier and its retention
+    load           resume: the newest checkpoint that verifies, from either tier
+    verify         the `verify` check, shared by the command and the loader
+    checkpointer   the loop's single entry point: when, save, retention, tiers, resume
+    __main__       the `verify` command line
+"""

@@ -33,8 +33,8 @@ from resilient_slurm.checkpoint.save import SaveError, SaveResult, save
 from resilient_slurm.checkpoint.state import Snapshot
 from resilient_slurm.checkpoint.uploader import Uploader
 from resilient_slurm.config import CheckpointConfig, ClusterConfig
-from resilient_slurm.distributed import Comm
-from resilient_slurm.events import EventLog, read_events
+from resilient_slurm.ledger import EventLog, read_events
+from resilient_slurm.runtime.distributed import Comm
 
 
 class CheckpointFailed(RuntimeError):

@@ -20,7 +20,7 @@ from typing import Any
 import torch.distributed as dist
 
 from resilient_slurm.checkpoint.save import Collectives
-from resilient_slurm.distributed import Comm
+from resilient_slurm.runtime.distributed import Comm
 
 
 class GroupComm:

@@ -44,7 +44,7 @@ from resilient_slurm.checkpoint.state import (
     restore_rng,
 )
 from resilient_slurm.checkpoint.verify import verify
-from resilient_slurm.distributed import Comm
+from resilient_slurm.runtime.distributed import Comm
 
 
 class LoadError(RuntimeError):

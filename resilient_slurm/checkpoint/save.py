@@ -35,7 +35,7 @@ from resilient_slurm.checkpoint.parallel_io import OutFile, write_files
 from resilient_slurm.checkpoint.safetensors_io import out_file, write_bytes
 from resilient_slurm.checkpoint.state import Snapshot
 from resilient_slurm.checkpoint.verify import check_files
-from resilient_slurm.events import utc_now
+from resilient_slurm.ledger import utc_now
 
 
 class SaveError(RuntimeError):

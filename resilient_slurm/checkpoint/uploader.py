@@ -16,7 +16,7 @@ from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.cold import Cancelled, ColdTier
 from resilient_slurm.checkpoint.manifest import Manifest
 from resilient_slurm.checkpoint.retention import CheckpointInfo, Rules, plan_retention
-from resilient_slurm.events import EventLog
+from resilient_slurm.ledger import EventLog
 
 
 class Uploader:

@@ -47,7 +47,7 @@ from resilient_slurm.health.xid_catalog import (
     parse_overrides,
     with_overrides,
 )
-from resilient_slurm.slurm import DEFAULT_SCONTROL, drain_node
+from resilient_slurm.slurm.scontrol import DEFAULT_SCONTROL, drain_node
 
 EXIT_OK, EXIT_NODE_OUT, EXIT_USAGE, EXIT_SCAN_FAILED = 0, 1, 2, 3
 DEFAULT_STATE_DIR = "/var/lib/resilient_slurm/xid_scan"

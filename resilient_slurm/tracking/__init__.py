@@ -2,6 +2,12 @@
 else, or any run with tracking disabled, a `NullTracker`.
 
 `metrics.jsonl` is written whatever the tracker, so no tracking server is needed to see a run.
+
+Modules:
+    base           the Tracker protocol, the NullTracker and the Table type
+    history        which steps are committed (covered by a durable checkpoint) and may be sent  [pure]
+    wandb_tracker  the wandb adapter: one run id across restarts, committed history only
+    wandb_files    reading wandb's offline segment files back (for reports and tests)
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ def open_tracker(cfg: Config, run_dir: Path, rank: int) -> Tracker:
     mode = effective_mode(cfg.tracking.mode, os.environ.get("WANDB_MODE"))
     if rank != 0 or mode == "disabled":
         return NullTracker()
-    from resilient_slurm.rundir import read_meta
+    from resilient_slurm.launch.rundir import read_meta
     from resilient_slurm.tracking.wandb_tracker import WandbTracker
 
     try:

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.analysis.metrics import read_metrics
 from resilient_slurm.config import Config, to_dict
-from resilient_slurm.metrics import read_metrics
 from resilient_slurm.tracking import wandb_files
 from resilient_slurm.tracking.base import Table
 from resilient_slurm.tracking.history import (

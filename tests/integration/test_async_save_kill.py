@@ -17,7 +17,7 @@ from resilient_slurm.checkpoint import store
 from resilient_slurm.checkpoint.async_save import AsyncSaver
 from resilient_slurm.checkpoint.state import Snapshot
 from resilient_slurm.checkpoint.verify import verify
-from resilient_slurm.distributed import Comm, RankInfo
+from resilient_slurm.runtime.distributed import Comm, RankInfo
 
 pytestmark = pytest.mark.slow
 

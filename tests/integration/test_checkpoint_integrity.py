@@ -15,8 +15,8 @@ from resilient_slurm.checkpoint import store
 from resilient_slurm.checkpoint.save import save
 from resilient_slurm.checkpoint.state import Snapshot
 from resilient_slurm.checkpoint.verify import verify
-from resilient_slurm.distributed import Comm, RankInfo
 from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.runtime.distributed import Comm, RankInfo
 from tests.integration.runs import (
     assert_bit_identical,
     events,

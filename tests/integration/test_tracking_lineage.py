@@ -12,9 +12,9 @@ from datetime import datetime
 
 import pytest
 
+from resilient_slurm.analysis.metrics import read_metrics
+from resilient_slurm.analysis.report import load, summarize
 from resilient_slurm.exit_codes import ExitCode
-from resilient_slurm.metrics import read_metrics
-from resilient_slurm.report import load, summarize
 from resilient_slurm.tracking.wandb_files import history, segments
 from tests.integration.runs import REPO, events, finish, interrupt, launch, run_dir
 

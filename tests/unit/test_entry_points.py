@@ -22,7 +22,7 @@ def test_console_scripts_resolve():
 SIDE_EFFECTS = {"subprocess", "torch", "wandb", "matplotlib", "socket", "signal", "requests"}
 
 
-@pytest.mark.parametrize("module", ["goodput", "naming", "tracking/history", "tracking/base"])
+@pytest.mark.parametrize("module", ["analysis/goodput", "launch/naming", "tracking/history", "tracking/base"])
 def test_pure_modules_import_no_side_effecting_library(module):
     tree = ast.parse((ROOT / "resilient_slurm" / f"{module}.py").read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}

@@ -5,7 +5,7 @@ import torch
 
 from resilient_slurm.checkpoint.save import save
 from resilient_slurm.checkpoint.state import Snapshot
-from resilient_slurm.distributed import Comm, RankInfo
+from resilient_slurm.runtime.distributed import Comm, RankInfo
 
 
 def snapshot(step: int = 1, seed: int = 0) -> Snapshot:

@@ -19,8 +19,8 @@ from resilient_slurm.config import (
     ClusterConfig,
     ColdTierConfig,
 )
-from resilient_slurm.distributed import Comm, RankInfo
-from resilient_slurm.events import EventLog, read_events
+from resilient_slurm.ledger import EventLog, read_events
+from resilient_slurm.runtime.distributed import Comm, RankInfo
 from tests.unit.checkpoint.conftest import snapshot
 from tests.unit.checkpoint.tiny import trained
 

@@ -10,7 +10,7 @@ from resilient_slurm.checkpoint.state import (
     param_names,
 )
 from resilient_slurm.checkpoint.verify import verify
-from resilient_slurm.distributed import Comm, RankInfo
+from resilient_slurm.runtime.distributed import Comm, RankInfo
 from tests.unit.checkpoint.tiny import trained
 
 COMM = Comm(RankInfo(0, 1, 0, "", 0))

@@ -14,8 +14,8 @@ from resilient_slurm.checkpoint.state import (
     param_names,
 )
 from resilient_slurm.config import OptimConfig
-from resilient_slurm.distributed import Comm, RankInfo
-from resilient_slurm.optim import build_optimizer, build_scheduler
+from resilient_slurm.runtime.distributed import Comm, RankInfo
+from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
 from resilient_slurm.workload.model import build_model
 from tests.unit.checkpoint.tiny import TINY, trained
 

@@ -5,10 +5,10 @@ from collections import Counter
 
 import pytest
 
-from resilient_slurm import rundir
+from resilient_slurm.analysis.metrics import MetricsFile
 from resilient_slurm.config import Config
-from resilient_slurm.events import EventLog, read_events
-from resilient_slurm.metrics import MetricsFile
+from resilient_slurm.launch import rundir
+from resilient_slurm.ledger import EventLog, read_events
 from resilient_slurm.tracking import open_tracker
 from resilient_slurm.tracking.wandb_files import history, segments
 from resilient_slurm.tracking.wandb_tracker import WandbTracker

@@ -1,0 +1,155 @@
+"""`python -m resilient_slurm.report RUN_DIR [RUN_DIR ...]` (or `resilient-report`): what happened to a run.
+
+For one run: a summary to read in a terminal (steps done, wall time, restarts by cause, steps
+lost to faults, time lost to saves and restarts, goodput, the last checkpoint, the code and the
+wandb segments) and `report.png` in the run directory (the loss curve with restarts, rollbacks and
+faults marked, and a timeline of productive and lost time). For several runs: the main figures
+side by side, and a PNG for each.
+
+Loading and summing up live in summary.py; the renderers here are pure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from resilient_slurm.analysis.summary import ReportError, Summary, load, summarize
+from resilient_slurm.config import ConfigError
+
+PNG = "report.png"
+
+
+def render(s: Summary) -> str:
+    f, a, t = s.files, s.acc, s.acc.time
+    lines = [f"run {f.meta.get('name', f.path.name)}  (id {f.meta['run_id']}, {f.path})"]
+
+    def add(key: str, value: str) -> None:
+        lines.append(f"  {key:<12}{value}")
+
+    of = f"/{f.max_steps}" if f.max_steps else ""
+    status = "finished" if a.finished else (a.attempts[-1].outcome if a.attempts else "never started")
+    add("status", f"{status} at step {a.steps_done}{of}")
+    if "parent" in f.meta:
+        add("forked from", f"{f.meta['parent']['name']} (changed: {', '.join(f.meta['parent']['changed'])})")
+    if "ablation" in f.meta:
+        add("ablation", f"{f.meta['ablation']['group']} (baseline {f.meta['ablation']['baseline']})")
+    if a.attempts:
+        first, last = a.attempts[0], a.attempts[-1]
+        add("started", f"{_clock(first.begin_s)}   last trace {_clock(last.end_s)}   wall time "
+                       f"{_duration(last.end_s - first.begin_s)}")
+    causes = ", ".join(f"{n} {c}" for c, n in sorted(a.restarts_by_cause.items()))
+    add("attempts", f"{len(a.attempts)} ({a.restarts} restart{'s' if a.restarts != 1 else ''}"
+                    f"{': ' + causes if causes else ''})")
+    add("steps lost", f"{a.steps_lost} (computed again after faults, {_duration(t.redone_s)})")
+    add("time", f"allocated {_duration(t.allocated_s)} = productive {_duration(t.productive_s)}"
+                f" + redone {_duration(t.redone_s)} + saves {_duration(t.save_s)} + evaluation "
+                f"{_duration(t.eval_s)} + restarts/other {_duration(t.other_s)}")
+    add("", f"waiting between attempts (not allocated) {_duration(t.waiting_s)}")
+    add("goodput", "-" if t.goodput is None else f"{100 * t.goodput:.1f}% (productive / allocated)")
+    ckpt = a.last_checkpoint
+    add("checkpoint", f"{ckpt['path']} (step {ckpt['step']}, {ckpt['reason']})" if ckpt else "none")
+    if s.final:
+        add("metrics", "   ".join(f"{k} {v:.4g} (step {step})" for k, (v, step) in s.final.items()))
+    lines.extend(_record_lines(f.record))
+    if f.wandb_segments:
+        add("wandb", f"{f.wandb_mode}, {len(f.wandb_segments)} segment(s) of run {f.meta['run_id']}; upload with")
+        add("", f"wandb sync --id {f.meta['run_id']} -p {f.meta.get('experiment', '<project>')} "
+                f"{f.path}/wandb/offline-run-*-{f.meta['run_id']}*")
+    if a.attempts:
+        lines.append("")
+        lines.append(f"  {'attempt':<8}{'began':<10}{'duration':>9}  {'steps':<13}{'job':<10}ended")
+        for x in a.attempts:
+            job = f"{x.job_id}.{x.restart}" if x.job_id else "local"
+            steps = f"{x.resumed_from} -> {x.last_step}"
+            lines.append(f"  {x.index:<8}{_clock(x.begin_s)[11:19]:<10}{_duration(x.duration_s):>9}  "
+                         f"{steps:<13}{job:<10}{x.outcome}")
+    return "\n".join(lines) + "\n"
+
+
+def render_side_by_side(summaries: list[Summary]) -> str:
+    """The main figures of several runs, one column each."""
+    def cell(s: Summary, key: str) -> str:
+        a, t = s.acc, s.acc.time
+        final = {k: f"{v:.4g}" for k, (v, _) in s.final.items()}
+        return {
+            "run": s.files.meta.get("name", s.files.path.name),
+            "status": "finished" if a.finished else (a.attempts[-1].outcome if a.attempts else "never started"),
+            "steps": str(a.steps_done), "restarts": str(a.restarts), "steps lost": str(a.steps_lost),
+            "allocated": _duration(t.allocated_s), "productive": _duration(t.productive_s),
+            "goodput": "-" if t.goodput is None else f"{100 * t.goodput:.1f}%",
+            "loss": final.get("loss", "-"), "val loss": final.get("val_loss", "-"),
+            "exact match": final.get("exact_match", "-"),
+            "checkpoint": str(a.last_checkpoint["step"]) if a.last_checkpoint else "-",
+        }[key]
+
+    keys = ["run", "status", "steps", "restarts", "steps lost", "allocated", "productive", "goodput", "loss",
+            "val loss", "exact match", "checkpoint"]
+    table = [[key] + [cell(s, key) for s in summaries] for key in keys]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in table) + "\n"
+
+
+def _record_lines(record: list[dict[str, Any]]) -> list[str]:
+    attempts = [r for r in record if r.get("kind") == "attempt"]
+    if not attempts:
+        return []
+    last = attempts[-1]
+    git = last.get("git") or {}
+    commits = sorted({(a.get("git") or {}).get("commit") or "?" for a in attempts})
+    code = (f"git {git['commit'][:12]} ({git.get('branch') or 'detached'}"
+            f"{', diff ' + git['diff'] if git.get('diff') else ', clean'})" if git.get("commit")
+            else f"no git state ({git.get('error')})")
+    if len(commits) > 1:
+        code += f"; the attempts ran {len(commits)} different commits"
+    v = last.get("versions") or {}
+    versions = ", ".join(f"{k} {v[k]}" for k in ("python", "torch", "cuda", "nccl", "driver") if v.get(k))
+    jobs = sorted({str(a["job_id"]) for a in attempts if a.get("job_id")})
+    nodes = sorted({n for a in attempts for n in a.get("nodes", [])})
+    return [f"  {'code':<12}{code}", f"  {'software':<12}{versions}",
+            f"  {'placement':<12}{'jobs ' + ', '.join(jobs) + '; ' if jobs else ''}nodes {', '.join(nodes)}"]
+
+
+def _clock(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _duration(s: float) -> str:
+    if s < 60:
+        return f"{s:.1f}s"
+    minutes, sec = divmod(round(s), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="resilient-report", description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR")
+    parser.add_argument("--no-png", action="store_true", help="print the summary only")
+    args = parser.parse_args(argv)
+    try:
+        summaries = [summarize(load(run)) for run in args.runs]
+    except (ReportError, ConfigError) as e:
+        print(f"resilient_slurm.report: {e}", file=sys.stderr)
+        return 2
+    if len(summaries) == 1:
+        print(render(summaries[0]), end="")
+    else:
+        print(render_side_by_side(summaries), end="")
+    if not args.no_png:
+        from resilient_slurm.analysis.plot import plot
+
+        for s in summaries:
+            png = s.files.path / PNG
+            plot(s, png)
+            print(f"plot: {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

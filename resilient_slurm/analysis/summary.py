@@ -1,0 +1,68 @@
+"""One run directory read into a `Summary`: its files (`load`) and what they add up to (`summarize`,
+pure; see goodput.py for what each figure means). The report and its plot both render a Summary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from resilient_slurm.analysis.goodput import Accounting, account
+from resilient_slurm.analysis.metrics import lost_path, read_metrics
+from resilient_slurm.analysis.record import read_record
+from resilient_slurm.launch.rundir import load_config
+from resilient_slurm.ledger import read_events
+from resilient_slurm.tracking.wandb_files import segments
+
+
+class ReportError(RuntimeError):
+    """Not a run directory; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """Everything the report reads from one run directory."""
+
+    path: Path
+    meta: dict[str, Any]
+    max_steps: int | None
+    events: list[dict[str, Any]]
+    kept: list[dict[str, Any]]
+    lost: list[dict[str, Any]]
+    record: list[dict[str, Any]]
+    wandb_segments: list[str] = field(default_factory=list)
+    wandb_mode: str | None = None
+
+
+@dataclass(frozen=True)
+class Summary:
+    files: RunFiles
+    acc: Accounting
+    final: dict[str, Any]
+    """Last values of loss, val_loss, exact_match and the step each is from."""
+
+
+def load(run_dir: Path) -> RunFiles:
+    if not (run_dir / "run.json").is_file():
+        raise ReportError(f"{run_dir}: not a run directory (no run.json); pass experiments/<experiment>/<run>")
+    meta = json.loads((run_dir / "run.json").read_text())
+    max_steps, mode = None, None
+    if (run_dir / "config.yaml").is_file():
+        cfg = load_config(run_dir)
+        max_steps, mode = cfg.train.max_steps, cfg.tracking.mode
+    metrics = run_dir / "metrics.jsonl"
+    return RunFiles(
+        path=run_dir, meta=meta, max_steps=max_steps, events=read_events(run_dir / "events.jsonl"),
+        kept=read_metrics(metrics), lost=read_metrics(lost_path(metrics)), record=read_record(run_dir),
+        wandb_segments=[str(p.parent) for p in segments(run_dir / "wandb", meta["run_id"])], wandb_mode=mode,
+    )
+
+
+def summarize(files: RunFiles) -> Summary:
+    final: dict[str, Any] = {}
+    for row in files.kept:
+        for key in ("loss", "val_loss", "exact_match"):
+            if row.get(key) is not None:
+                final[key] = (row[key], row["step"])
+    return Summary(files, account(files.events, files.kept, files.lost), final)

@@ -1,0 +1,47 @@
+"""`python -m resilient_slurm.launch +experiment=NAME [key=value ...]`: compose, validate, run.
+
+Hydra composes `conf/`; the result is converted once to the typed `Config`; the run directory is
+created (or re-opened to resume); then the run executes here (`cluster=local`) or is submitted
+to Slurm (`cluster=slurm`), one job per point of a `-m` sweep.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from resilient_slurm.config import ConfigError, to_config
+from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.launch import rundir
+from resilient_slurm.launch.local import run_local
+from resilient_slurm.launch.submit import submit
+
+
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
+def main(dict_cfg: DictConfig) -> None:
+    overrides = list(HydraConfig.get().overrides.task)
+    try:
+        cfg = to_config(dict_cfg)
+        run_dir, resumed = rundir.prepare(cfg, overrides)
+    except ConfigError as e:
+        print(f"resilient_slurm: config error: {e}", file=sys.stderr)
+        sys.exit(ExitCode.CONFIG)
+    if cfg.cluster.kind == "slurm":
+        if cfg.cluster.submit:
+            submit(cfg, run_dir)
+        else:
+            print(run_dir)
+        return
+    print(f"resilient_slurm: {'resuming' if resumed else 'starting'} run {run_dir}", flush=True)
+    code = run_local(cfg, run_dir)
+    # In a sweep (-m), one point's status must not end the others.
+    if HydraConfig.get().mode != RunMode.MULTIRUN:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

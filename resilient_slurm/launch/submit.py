@@ -1,0 +1,53 @@
+"""`cluster=slurm`: submit the run as a Slurm job through submitit, and say where to watch it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from resilient_slurm.config import ClusterConfig, Config
+from resilient_slurm.health import exclude_list
+from resilient_slurm.ledger import EventLog
+from resilient_slurm.slurm.task import SlurmTask
+
+
+def executor_parameters(c: ClusterConfig, job_name: str, exclude: str) -> dict[str, Any]:
+    """submitit SlurmExecutor parameters for a cluster config. Pure."""
+    params: dict[str, Any] = {
+        "job_name": job_name,
+        "nodes": c.nodes,
+        "ntasks_per_node": c.tasks_per_node,
+        "time": c.time_min,
+        "signal_delay_s": c.signal_lead_s,
+        # Our signal, not submitit's fixed one; requeue explicitly, whatever the cluster's default.
+        "additional_parameters": {"signal": f"{c.signal}@{c.signal_lead_s}", "requeue": True, **c.sbatch_extra},
+    }
+    optional = {
+        "partition": c.partition, "gpus_per_node": c.gpus_per_node or None, "cpus_per_task": c.cpus_per_task,
+        "mem": f"{int(c.mem_gb * 1024)}M" if c.mem_gb else None, "account": c.account, "qos": c.qos,
+        "constraint": c.constraint, "exclude": exclude or None, "setup": c.setup or None,
+        "srun_args": c.srun_extra or None,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    return params
+
+
+def submit(cfg: Config, run_dir: Path) -> str:
+    """Submit; returns the job id. With `cluster.wait`, also blocks until the job ends."""
+    import submitit
+
+    excluded = ""
+    if cfg.cluster.exclude_file:
+        excluded = exclude_list.exclude_value(exclude_list.load(cfg.cluster.exclude_file), time.time())
+    executor = submitit.SlurmExecutor(folder=run_dir / "slurm", max_num_timeout=0)
+    executor.update_parameters(**executor_parameters(cfg.cluster, run_dir.name, excluded))
+    job = executor.submit(SlurmTask(str(run_dir)))
+    EventLog(run_dir / "events.jsonl", rank=-1).emit("submitted", None, job_id=job.job_id, exclude=excluded or None)
+    log = run_dir / "slurm" / f"{job.job_id}_0_log.out"
+    print(f"resilient_slurm: submitted job {job.job_id} for run {run_dir}")
+    print(f"  follow:  tail -F {log}")
+    print(f"  ledger:  {run_dir / 'events.jsonl'}")
+    if cfg.cluster.wait:
+        print(f"  result:  {job.result()}")
+    return job.job_id

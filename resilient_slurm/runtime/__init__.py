@@ -1,0 +1,13 @@
+"""The in-job runtime: one rank's training loop and what it needs around it. Knows nothing of
+Hydra or submitit; the Slurm side (`slurm.task`) and the local launcher both call `job.run`.
+
+Modules, from the loop outwards:
+    job          one rank's life: resume → steps → saves → stop, with its exit status
+    step         one optimizer step over the global batch (forward, backward, reduce, clip, update)
+    optim        AdamW and the warmup + cosine schedule
+    evaluation   validation loss and task metrics on the held-out split
+    distributed  process group, rank information and the few collectives the loop uses
+    signals      the only caller of signal.signal: stop signals just record a request
+    watchdog     a thread that catches a hung step and dumps every rank's stacks
+    faults       fault injection for drills and tests (fault.*)
+"""

@@ -1,0 +1,409 @@
+"""One rank's life in a run: resume → train → save → exit with a status that says what next.
+
+The same function runs in-process (`cluster=local`, one rank), in each process of a local
+multi-rank run (`python -m resilient_slurm.runtime.job RUN_DIR`), and later inside Slurm jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from resilient_slurm.analysis import record
+from resilient_slurm.analysis.metrics import MetricsFile
+from resilient_slurm.checkpoint.checkpointer import Checkpointer
+from resilient_slurm.checkpoint.load import Restored
+from resilient_slurm.checkpoint.state import (
+    Snapshot,
+    capture_snapshot,
+)
+from resilient_slurm.config import Config
+from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.launch import rundir
+from resilient_slurm.ledger import EventLog, read_events, utc_now
+from resilient_slurm.monitor.detectors import Finding, Monitor, Observation
+from resilient_slurm.monitor.gpu_sampler import GpuSampler
+from resilient_slurm.recovery import GIVE_UP, ROLLBACK, on_findings
+from resilient_slurm.runtime.distributed import Comm, RankInfo
+from resilient_slurm.runtime.evaluation import Evaluator
+from resilient_slurm.runtime.faults import FaultInjector
+from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
+from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
+from resilient_slurm.runtime.step import StepResult, Trainer
+from resilient_slurm.runtime.watchdog import Watchdog
+from resilient_slurm.tracking import Table, open_tracker
+from resilient_slurm.workload.data import GlobalBatchSampler
+from resilient_slurm.workload.model import build_model, init_weights_, num_parameters
+
+log = logging.getLogger("resilient_slurm")
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    code: ExitCode
+    step: int | None
+    signal: str | None = None
+    """The stop signal that ended the run (SIGUSR1, ...), if one did."""
+    error: str | None = None
+    """`Type: message` of the exception that ended the run, if one did."""
+
+
+@dataclass
+class Progress:
+    step: int = 0
+    tokens_seen: int = 0
+    train_seconds: float = 0.0
+
+
+def run(
+    cfg: Config, run_dir: Path, info: RankInfo | None = None, context: dict[str, Any] | None = None,
+    stop: StopRequest | None = None, on_hang: Callable[[int, str], None] | None = None,
+) -> RunOutcome:
+    """Train rank `info` (default: from the environment) of the run in `run_dir`.
+
+    `context` is stamped on every event this rank writes (job id, restart count, node); `stop` is
+    the stop request already receiving signals, if the caller installed the handlers earlier;
+    `on_hang(step, reason)` runs when the watchdog finds the loop stuck, just before the process
+    ends (a Slurm task requeues the job there).
+    """
+    stop = stop or install_stop_handlers()
+    info = info or RankInfo.from_env()
+    events = EventLog(run_dir / "events.jsonl", rank=info.rank, context=context)
+    _setup_logging(run_dir, info.rank)
+    comm: Comm | None = None
+    loop: _Loop | None = None
+    code = ExitCode.FAILED
+    try:
+        comm = Comm(info, cfg.cluster.backend, cfg.cluster.collective_timeout_s)
+        loop = _Loop(cfg, run_dir, comm, events, stop, on_hang or (lambda step, reason: None))
+        code = loop.run()
+        return RunOutcome(code, loop.progress.step, stop.signal_name if code == ExitCode.RESUME else None,
+                          error=loop.gave_up)
+    except Exception as e:  # noqa: BLE001 - recorded in the ledger, then reported by exit status
+        step = loop.progress.step if loop else None
+        error = f"{type(e).__name__}: {e}"
+        events.emit("crash", step, error=error, traceback=traceback.format_exc(limit=8))
+        log.exception("rank %d crashed", info.rank)
+        return RunOutcome(ExitCode.FAILED, step, error=error)
+    finally:
+        if loop is not None:
+            loop.tracker.close(int(code))
+            loop.checkpointer.close()  # a save or cold copy in flight finishes before the process exits
+        if comm is not None:
+            comm.close()
+
+
+class _Loop:
+    def __init__(self, cfg: Config, run_dir: Path, comm: Comm, events: EventLog, stop: StopRequest,
+                 on_hang: Callable[[int, str], None]) -> None:
+        self.cfg, self.run_dir, self.comm, self.events, self.stop = cfg, run_dir, comm, events, stop
+        t = cfg.train
+        threads = t.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or \
+            max(1, (os.cpu_count() or 1) // _local_world(comm))
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(t.deterministic)
+        self.model = build_model(cfg.model, t.seed).to(comm.device)
+        self.optimizer = build_optimizer(self.model, cfg.optim)
+        self.scheduler = build_scheduler(self.optimizer, cfg.optim, t.max_steps)
+        self.trainer = Trainer(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip)
+        self.sampler = GlobalBatchSampler(cfg.data, t.seed, comm.rank, comm.world_size)
+        self.checkpointer = Checkpointer(run_dir, cfg.checkpoint, cfg.cluster, comm, events)
+        self.metrics = MetricsFile(run_dir / "metrics.jsonl") if comm.rank == 0 else None
+        self.progress = Progress()
+        self.identity = rundir.read_identity(run_dir)
+        history = read_events(run_dir / "events.jsonl")
+        self.rollbacks = sum(1 for e in history if e["event"] == "rollback")
+        self.faults = FaultInjector(cfg.fault, comm.rank, hung_before=any(e["event"] == "hang" for e in history))
+        self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
+        self.watchdog = Watchdog(cfg.monitor, run_dir / "logs", events, comm.rank, on_hang, ExitCode.FAILED)
+        self.gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
+        self.evaluator = Evaluator(cfg, self.model, comm)
+        self.tracker = open_tracker(cfg, run_dir, comm.rank)
+        self.tracked_through = -1
+        self.gave_up: str | None = None
+
+    def run(self) -> ExitCode:
+        cfg, comm = self.cfg, self.comm
+        if comm.rank == 0:
+            log.info("run directory: %s", self.run_dir)
+            log.info("model %s: %.2fM parameters, %d rank(s), global batch %d x %d tokens",
+                     cfg.model.name, num_parameters(self.model) / 1e6, comm.world_size,
+                     cfg.data.global_batch_size, cfg.data.seq_len)
+            self.events.emit("start", 0, world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
+                             process_started=record.process_started())
+            record.record_attempt(self.run_dir, comm.world_size)
+        if cfg.monitor.enabled:
+            self.watchdog.start()
+            self.gpu.start()
+        try:
+            self._resume()
+            while self.progress.step < cfg.train.max_steps:
+                code = self._step()
+                if code is not None:
+                    return code
+            if cfg.checkpoint.save_final:
+                self.checkpointer.save(self.progress.step, self._snapshot("final"), "final")
+        finally:
+            self.watchdog.stop()
+            self.gpu.stop()
+        # Finished: no step can be redone any more, so all of them are final.
+        self.tracker.commit(self.progress.step)
+        if comm.rank == 0:
+            self.events.emit("finish", self.progress.step, tokens_seen=self.progress.tokens_seen)
+            log.info("finished at step %d; run directory: %s", self.progress.step, self.run_dir)
+        return ExitCode.DONE
+
+    def _step(self) -> ExitCode | None:
+        """One step, then its consequences in order: anomaly, stop request, save policy."""
+        cfg, comm = self.cfg, self.comm
+        step = self.progress.step + 1
+        start = time.perf_counter()
+        position = self.sampler.state.samples_consumed
+        batch = self.sampler.next_batch()
+        wait = time.perf_counter() - start
+        self.faults.before_step(step)
+        poison = self.faults.poisons(step, position, cfg.data.global_batch_size)
+        before_train = time.perf_counter()
+        result = self.trainer.step(batch, poison=poison)
+        step_s = time.perf_counter() - start
+        # One small all-reduce per step: the stop flag, rank 0's time-policy verdict, and every
+        # rank's compute and data-wait times (a sum of one-hot vectors is an all-gather).
+        w, r = comm.world_size, comm.rank
+        synced = comm.sum_floats(
+            [1.0 if self.stop.requested else 0.0, 1.0 if r == 0 and self.checkpointer.time_due() else 0.0]
+            + _one_hot(w, r, before_train - start + result.compute_s) + _one_hot(w, r, wait)
+        )
+        self._advance(result, step_s, wait)
+        self.watchdog.beat(step, step_s)
+        self._commit()  # a background save may have committed since the last step
+        if self.monitor:
+            obs = Observation(step, result.loss, result.grad_norm, result.tokens / step_s,
+                              cfg.data.global_batch_size / step_s, tuple(synced[2:2 + w]), tuple(synced[2 + w:]),
+                              dict(self.gpu.latest))
+            code = self._judge(self.monitor.observe(obs))
+            if code is not None or self.progress.step < step:  # stopped, or rolled back
+                return code
+        if synced[0] and step < cfg.train.max_steps:
+            return self._stop_on_request()
+        reason = self.checkpointer.step_reason(step) or ("time" if synced[1] else None)
+        if reason and step < cfg.train.max_steps:
+            self.checkpointer.save(step, self._snapshot(reason), reason)
+            self._commit()
+        return None
+
+    def _judge(self, findings: list[Finding]) -> ExitCode | None:
+        """Record each finding; roll back, stop, or carry on. Only global signals (loss, gradient
+        norm) may act, so every rank reaches the same decision without talking."""
+        if not findings:
+            return None
+        step = self.progress.step
+        decision = on_findings((f.kind for f in findings), self.cfg.monitor.rollback_on, self.rollbacks,
+                               self.cfg.monitor.max_rollbacks)
+        for f in findings:
+            # GPU findings are this rank's own; the rest are the same on every rank: rank 0 records them.
+            if self.comm.rank == 0 or f.kind.startswith("gpu_"):
+                acts = f.kind in self.cfg.monitor.rollback_on
+                self.events.emit("anomaly", step, kind=f.kind, message=f.message, evidence=f.evidence,
+                                 action=decision.action if acts else "report")
+        if decision.action == ROLLBACK:
+            self._rollback(step, decision.reason)
+        elif decision.action == GIVE_UP:
+            self.gave_up = decision.reason
+            if self.comm.rank == 0:
+                self.events.emit("gave_up", step, reason=decision.reason)
+                log.error("giving up: %s", decision.reason)
+            return ExitCode.GAVE_UP
+        return None
+
+    def _rollback(self, anomaly_step: int, reason: str) -> None:
+        """Back to the newest checkpoint before the anomaly, past the data window that led to it."""
+        cfg, comm = self.cfg, self.comm
+        restored = self._load_newest(before_step=anomaly_step)
+        if restored is None:
+            self.progress = Progress()
+            self.sampler.state.samples_consumed = 0
+        else:
+            self._restore_progress(restored.train_state)
+        checkpoint = str(restored.path) if restored else None
+        self.rollbacks += 1
+        g = cfg.data.global_batch_size
+        restored_step = self.progress.step
+        skip = max(cfg.monitor.rollback_skip_batches, anomaly_step - restored_step)
+        first = self.sampler.state.samples_consumed
+        self.sampler.state.samples_consumed = first + skip * g
+        if cfg.monitor.rollback_lr_factor != 1.0:
+            # The scheduler's base LRs are saved with every checkpoint, so the lower LR persists.
+            self.scheduler.base_lrs = [lr * cfg.monitor.rollback_lr_factor for lr in self.scheduler.base_lrs]
+            for group in self.optimizer.param_groups:
+                group["lr"] *= cfg.monitor.rollback_lr_factor
+        self.checkpointer.restart_clock(restored_step)
+        self.watchdog.beat(restored_step, None)
+        self.tracker.rewind(restored_step)
+        self.tracked_through = min(self.tracked_through, restored_step)
+        if self.metrics:
+            self.metrics.truncate_after(restored_step)
+        if comm.rank == 0:
+            self.events.emit(
+                "rollback", restored_step, reason=reason, anomaly_step=anomaly_step, checkpoint=checkpoint,
+                skipped_batches=skip, skipped_positions=[first, first + skip * g],
+                skipped_samples=self.sampler.stream.indices(first, skip * g), lr_scale=cfg.monitor.rollback_lr_factor,
+            )
+            log.warning("rolled back from step %d to %d, skipping %d batches: %s", anomaly_step, restored_step,
+                        skip, reason)
+
+    def _resume(self) -> None:
+        restored = self._load_newest()
+        if restored is None:
+            self.checkpointer.restart_clock(0)
+            return
+        self._restore_progress(restored.train_state)
+        self.checkpointer.restart_clock(self.progress.step)
+        if self.metrics:
+            self.metrics.truncate_after(self.progress.step)
+        if self.comm.rank == 0:
+            self.events.emit("resume", self.progress.step, checkpoint=str(restored.path),
+                             has_optimizer=restored.has_optimizer, source=restored.source,
+                             saved_world_size=restored.saved_world_size)
+            log.info("resumed from %s (step %d)", restored.path, self.progress.step)
+
+    def _load_newest(self, before_step: int | None = None) -> Restored | None:
+        """Load the newest valid checkpoint (of a step before `before_step`); without one, the state
+        is what a fresh start has, even if a damaged checkpoint was partly read on the way."""
+        outcome = self.checkpointer.resume(self.model, self.optimizer, self.scheduler, before_step=before_step)
+        if self.comm.rank == 0:
+            for path, reason in outcome.skipped:
+                self.events.emit("checkpoint_skipped", None, path=str(path), reason=reason)
+        if outcome.restored is None and (outcome.touched_state or before_step is not None):
+            cfg = self.cfg
+            init_weights_(self.model, cfg.model, cfg.train.seed)
+            self.optimizer.state.clear()
+            self.scheduler.load_state_dict(build_scheduler(self.optimizer, cfg.optim, cfg.train.max_steps).state_dict())
+        return outcome.restored
+
+    def _restore_progress(self, ts: dict[str, Any]) -> None:
+        self.progress = Progress(ts["step"], ts["tokens_seen"], ts["train_seconds"])
+        self.sampler.state.samples_consumed = ts["samples_consumed"]
+
+    def _advance(self, r: StepResult, step_s: float, wait_s: float) -> None:
+        p = self.progress
+        p.step += 1
+        p.tokens_seen += r.tokens
+        p.train_seconds += step_s
+        row = {
+            "step": p.step, "epoch": self.sampler.epoch, "loss": r.loss, "lr": r.lr, "grad_norm": r.grad_norm,
+            "tokens": r.tokens, "tokens_per_s": r.tokens / step_s,
+            "samples_per_s": self.cfg.data.global_batch_size / step_s, "step_seconds": step_s,
+            "data_wait_s": wait_s, **{f"gpu_{k}": v for k, v in self.gpu.latest.items()},
+        }
+        if self.evaluator.due(p.step):
+            row.update(self._evaluate(p.step))
+        if self.metrics:
+            self.metrics.append(row)
+        self.tracker.log(p.step, row)
+        if self.comm.rank == 0 and (p.step % self.cfg.train.log_every_steps == 0 or p.step == 1):
+            log.info("step %d/%d | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s",
+                     p.step, self.cfg.train.max_steps, r.loss, r.lr, r.grad_norm, r.tokens / step_s)
+
+    def _evaluate(self, step: int) -> dict[str, Any]:
+        """Every rank evaluates its share; rank 0 gets the totals and the sample predictions."""
+        result = self.evaluator.run()
+        for metric, predictions in result.predictions.items():
+            self.tracker.log(step, {f"eval/{metric}_predictions": Table(
+                ["step", "task", "prompt", "target", "prediction", "correct"],
+                [[step, q.task, q.prompt, q.target, q.prediction, q.correct] for q in predictions],
+            )})
+        if self.comm.rank == 0:
+            log.info("eval at step %d | val loss %.4f | %s | %.1f s", step, result.val_loss,
+                     " | ".join(f"{k} {v:.3f}" for k, v in result.task.items()), result.seconds)
+        return {"val_loss": result.val_loss, **result.task, "eval_seconds": result.seconds}
+
+    def _commit(self) -> None:
+        """Steps up to the newest committed checkpoint are final: hand them to the tracker."""
+        step = self.checkpointer.committed_step
+        if step > self.tracked_through:
+            self.tracker.commit(step)
+            self.tracked_through = step
+
+    def _stop_on_request(self) -> ExitCode:
+        step = self.progress.step
+        if self.stop.signum is not None:
+            self.events.emit("signal", step, signal=self.stop.signal_name,
+                             received=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.stop.received_at)))
+        result = self.checkpointer.emergency_save(step, self._snapshot("emergency"), self.stop.signal_name,
+                                                  self.stop.received_at)
+        self._commit()
+        if self.comm.rank == 0:
+            why = self.stop.reason or self.stop.signal_name or "stop requested"
+            self.events.emit("stop", step, reason=why, checkpoint=str(result.path) if result else None)
+            log.info("stopped at step %d after a stop request; launch again to resume", step)
+        return ExitCode.RESUME
+
+    def _snapshot(self, reason: str) -> Snapshot:
+        p = self.progress
+        train_state = {
+            "step": p.step, "epoch": self.sampler.epoch, "samples_consumed": self.sampler.state.samples_consumed,
+            "tokens_seen": p.tokens_seen, "train_seconds": p.train_seconds, "reason": reason,
+            "saved_at": utc_now(), "world_size": self.comm.world_size,
+            "global_batch_size": self.cfg.data.global_batch_size, **self.identity,
+        }
+        return capture_snapshot(self.model, self.optimizer, self.scheduler, train_state)
+
+
+def _one_hot(size: int, index: int, value: float) -> list[float]:
+    out = [0.0] * size
+    out[index] = value
+    return out
+
+
+def _local_world(comm: Comm) -> int:
+    return int(os.environ.get("LOCAL_WORLD_SIZE", comm.world_size))
+
+
+def _setup_logging(run_dir: Path, rank: int) -> None:
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    for h in list(log.handlers):
+        log.removeHandler(h)
+    fmt = logging.Formatter("%(asctime)s [rank %(rank)s] %(message)s", "%H:%M:%S")
+    file_handler = logging.FileHandler(logs / f"rank-{rank}.log")
+    handlers: list[logging.Handler] = [file_handler]
+    if rank == 0:
+        handlers.append(logging.StreamHandler(sys.stdout))
+    for h in handlers:
+        h.setFormatter(fmt)
+        h.addFilter(_RankFilter(rank))
+        log.addHandler(h)
+
+
+class _RankFilter(logging.Filter):
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank = self.rank
+        return True
+
+
+def main(argv: list[str]) -> int:
+    """`python -m resilient_slurm.runtime.job RUN_DIR`: one rank of an already-prepared run."""
+    if len(argv) != 1:
+        print("usage: python -m resilient_slurm.runtime.job RUN_DIR", file=sys.stderr)
+        return ExitCode.CONFIG
+    run_dir = Path(argv[0])
+    return int(run(rundir.load_config(run_dir), run_dir).code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,108 @@
+"""The hang watchdog: a thread outside the training loop that notices when no step completes.
+
+On a hang it dumps every thread's stack of this rank (faulthandler; py-spy's native frames too
+when it is installed) into the run's logs, records the event, hands the outcome to the caller's
+handler (which may requeue the job), and ends the process: the main thread is stuck, in a
+collective or in a kernel, and cannot be asked to stop. Every rank runs its own watchdog. The
+first to fire leaves a marker in the (shared) logs directory; the others see it within a second
+and dump their stacks too, before the first one's exit breaks their collectives.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from resilient_slurm.config import MonitorConfig
+from resilient_slurm.ledger import EventLog
+from resilient_slurm.monitor.detectors import hang_timeout_s
+
+PY_SPY_TIMEOUT_S = 30.0
+HANG_MARKER = ".hang"
+POLL_S = 1.0
+PEER_DUMP_GRACE_S = 3.0
+"""How long the first rank to fire waits, after dumping, for its peers to dump theirs."""
+
+
+class Watchdog:
+    def __init__(self, cfg: MonitorConfig, logs: Path, events: EventLog, rank: int,
+                 on_hang: Callable[[int, str], None], exit_code: int) -> None:
+        self.cfg, self.logs, self.events, self.rank = cfg, logs, events, rank
+        self.on_hang = on_hang
+        """Called with (step, reason) before the process ends; it must not block for long."""
+        self.exit_code = exit_code
+        self.recent: deque[float] = deque(maxlen=cfg.window)
+        self.step = 0
+        self.last_beat = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
+
+    def start(self) -> None:
+        self.last_beat = time.monotonic()
+        self.started_at = time.time()
+        self._thread.start()
+
+    def beat(self, step: int, step_s: float | None) -> None:
+        """A step completed (or the loop moved on: a save, a rollback)."""
+        if step_s is not None:
+            self.recent.append(step_s)
+        self.step = step
+        self.last_beat = time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        marker = self.logs / HANG_MARKER
+        while not self._stop.wait(POLL_S):
+            limit = hang_timeout_s(list(self.recent), self.cfg)
+            waited = time.monotonic() - self.last_beat
+            if waited > limit:
+                self._fire(waited, limit)
+            elif marker.exists() and marker.stat().st_mtime >= self.started_at and not self._dumped():
+                dump = self._dump(f"a peer rank found the run hung; this rank waited {waited:.0f}s since step {self.step}")
+                self.events.emit("stacks_dumped", self.step, reason="a peer rank found the run hung",
+                                 waited_s=round(waited, 1), stacks=str(dump))
+
+    def _dump_path(self) -> Path:
+        return self.logs / f"hang-rank{self.rank}-step{self.step}.txt"
+
+    def _dumped(self) -> bool:
+        return self._dump_path().exists()
+
+    def _dump(self, headline: str) -> Path:
+        dump = self._dump_path()
+        with open(dump, "w") as f:
+            f.write(f"rank {self.rank}: {headline}\n\n")
+            f.flush()
+            faulthandler.dump_traceback(file=f, all_threads=True)
+        py_spy = shutil.which("py-spy")
+        if py_spy:
+            try:
+                native = subprocess.run([py_spy, "dump", "--native", "--pid", str(os.getpid())],
+                                        capture_output=True, text=True, timeout=PY_SPY_TIMEOUT_S)
+                with open(dump, "a") as f:
+                    f.write("\n--- py-spy dump --native ---\n" + native.stdout + native.stderr)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        return dump
+
+    def _fire(self, waited: float, limit: float) -> None:
+        step = self.step
+        reason = f"no step completed for {waited:.0f}s (limit {limit:.0f}s) after step {step}"
+        dump = self._dump(reason)
+        (self.logs / HANG_MARKER).touch()
+        time.sleep(PEER_DUMP_GRACE_S)
+        self.events.emit("hang", step, reason=reason, waited_s=round(waited, 1), limit_s=round(limit, 1),
+                         stacks=str(dump))
+        try:
+            self.on_hang(step, reason)
+        finally:
+            os._exit(self.exit_code)

@@ -1,0 +1,11 @@
+"""The Slurm side: what runs in each task of a job, and the one adapter to Slurm's commands.
+
+Imports nothing at import time; `env` and `scontrol` are standard library only, so `tools/xid_scan`
+can drain a node through `scontrol` from a bare Prolog.
+
+Modules, in the order a job uses them:
+    env           SlurmEnv from the task's environment, hostlists, the rendezvous port     [pure]
+    scontrol      requeue, ExcNodeList, drain, node addresses: the only caller of scontrol
+    health_watch  the job's own node-health checks (preflight and periodic), off the loop
+    task          one task's life: rank setup → runtime.job → the recovery decision → requeue
+"""

@@ -1,0 +1,68 @@
+"""The one place that runs `scontrol`: requeue, excluded nodes, drain, node addresses. Never raises.
+
+Standard library only: `tools/xid_scan` drains nodes through this module from a bare Prolog.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+DEFAULT_SCONTROL = "/usr/bin/scontrol"
+"""Absolute: Prologs and Epilogs run without PATH; jobs use it too, so both see the same binary."""
+SCONTROL_TIMEOUT_S = 30.0
+REASON_MAX_CHARS = 200
+
+
+def scontrol(*args: str, binary: str = DEFAULT_SCONTROL, timeout_s: float = SCONTROL_TIMEOUT_S) -> tuple[bool, str]:
+    """Run `scontrol ARGS`; (ok, stdout or a one-line reason). Never raises."""
+    # Imported here: subprocess costs start-up time that a healthy xid_scan never needs.
+    import signal
+    import subprocess
+
+    # A job that requeues itself is sent SIGTERM, every process of it, right away; the command that
+    # follows (ExcNodeList of the now pending job) must still finish. The child inherits this
+    # thread's signal mask (blocked here, around the fork, rather than in a preexec_fn, which is
+    # unsafe in a process with threads); the timeout and Slurm's SIGKILL after KillWait bound it.
+    # A SIGTERM meant for this process stays pending until the mask is restored, then is handled.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        done = subprocess.run(
+            [binary, *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False,
+            # Keep the caller's environment: SLURM_CONF tells scontrol which cluster it is on.
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **os.environ},
+        )
+    except subprocess.TimeoutExpired:
+        return False, f"{binary} {args[0]} did not finish within {timeout_s:g} s"
+    except OSError as exc:
+        return False, f"cannot run {binary}: {exc.strerror}"
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    if done.returncode != 0:
+        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return False, f"{binary} {args[0]} exited {done.returncode}: {why[0] if why else 'no message'}"
+    return True, done.stdout.decode("utf-8", "replace")
+
+
+def requeue(job_id: str) -> tuple[bool, str]:
+    """Put the job back in the queue under the same id (its tasks are signalled and end)."""
+    return scontrol("requeue", job_id)
+
+
+def set_excluded_nodes(job_id: str, nodes: list[str]) -> tuple[bool, str]:
+    """ExcNodeList of a pending job (Slurm refuses it for a running one)."""
+    return scontrol("update", f"jobid={job_id}", f"ExcNodeList={','.join(nodes)}")
+
+
+def drain_node(node: str, reason: str, binary: str = DEFAULT_SCONTROL) -> tuple[bool, str]:
+    """`scontrol update nodename=NODE state=drain reason=REASON`."""
+    reason = " ".join(reason.split())[:REASON_MAX_CHARS]
+    ok, out = scontrol("update", f"nodename={node}", "state=drain", f"reason={reason}", binary=binary, timeout_s=10.0)
+    return ok, f"drained {node}" if ok else out
+
+
+def node_address(node: str) -> str:
+    """NodeAddr of a node, from Slurm rather than DNS (node names need not resolve)."""
+    ok, out = scontrol("show", "node", node)
+    m = re.search(r"\bNodeAddr=(\S+)", out) if ok else None
+    return m.group(1) if m else node

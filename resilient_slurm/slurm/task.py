@@ -1,0 +1,152 @@
+"""What each task of a Slurm job runs: rank setup from Slurm, the training job, then the decision.
+
+Submitted through submitit (the `SlurmTask` callable) or started by `sbatch/train.sbatch` with
+`python -m resilient_slurm.slurm.task RUN_DIR`. Each requeue re-runs it; it resumes from the run
+directory's newest valid checkpoint.
+
+submitit's own signal handling is replaced, not wrapped: it checkpoints from inside the USR2
+handler, on rank 0 only, and ignores SIGTERM. A distributed run must save at a step boundary,
+on every rank at the same step, and must save on SIGTERM too (`scontrol requeue`, preemption
+without a user signal). So our handlers go in first and only record the request; submitit's
+timeout countdown is unused (max_num_timeout=0) and our restart budget, kept in the run's
+ledger, decides about requeues.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from resilient_slurm.runtime.signals import install_stop_handlers
+
+if TYPE_CHECKING:
+    from resilient_slurm.ledger import EventLog
+    from resilient_slurm.recovery import Decision
+
+EXCLUDE_TTL_S = 24 * 3600.0
+
+
+class GaveUp(RuntimeError):
+    """The job stops for good: requeueing again would not help."""
+
+
+class SlurmTask:
+    """Picklable and small: everything else is read from the run directory at run time."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+
+    def __call__(self) -> str:
+        # First, before the slow imports: a preemption notice may come at any moment.
+        stop = install_stop_handlers()
+        from resilient_slurm import recovery
+        from resilient_slurm.exit_codes import ExitCode
+        from resilient_slurm.launch import rundir
+        from resilient_slurm.ledger import EventLog, read_events
+        from resilient_slurm.runtime import job
+        from resilient_slurm.runtime.distributed import RankInfo
+        from resilient_slurm.slurm.env import SlurmEnv, master_port
+        from resilient_slurm.slurm.health_watch import NodeHealthWatch
+        from resilient_slurm.slurm.scontrol import node_address
+
+        run_dir = Path(self.run_dir)
+        env = SlurmEnv.from_env()
+        if env is None:
+            raise RuntimeError("not inside a Slurm task (no SLURM_JOB_ID/SLURM_PROCID); use cluster=local")
+        cfg = rundir.load_config(run_dir)
+        events = EventLog(run_dir / "events.jsonl", rank=env.procid, context=env.context())
+        if env.procid == 0:
+            history = read_events(run_dir / "events.jsonl")
+            cause = recovery.restart_cause(history, (env.job_id, env.restart_count))
+            events.emit("attempt", None, nodes=list(env.nodes), ntasks=env.ntasks, cause=cause)
+        os.environ["LOCAL_WORLD_SIZE"] = str(env.local_ntasks)
+        info = RankInfo(env.procid, env.ntasks, env.localid, node_address(env.nodes[0]),
+                        master_port(env.job_id))
+
+        def conclude(code: int, step: int | None, signal: str | None, error: str | None) -> recovery.Decision:
+            """Decide from the ledger and act: one task requeues (a second `scontrol requeue` would
+            restart the job twice) and records why."""
+            history = read_events(run_dir / "events.jsonl")
+            decision = recovery.decide(code, signal, error, history, cfg.cluster.max_restarts)
+            if decision.action in (recovery.REQUEUE, recovery.GIVE_UP) and _claim(run_dir, env.job_id, env.restart_count):
+                if decision.action == recovery.GIVE_UP:
+                    events.emit("gave_up", step, reason=decision.reason)
+                else:
+                    _requeue(env.job_id, decision, step, cfg.cluster.exclude_file, events)
+            return decision
+
+        def on_hang(step: int, reason: str) -> None:
+            conclude(ExitCode.FAILED, step, None, f"hang: {reason}")
+
+        # One health checker per node; before training, a failing node is refused outright.
+        watch = NodeHealthWatch(cfg, run_dir, env.nodename, env.job_id, events) if env.localid == 0 else None
+        if watch and cfg.health.preflight:
+            refused = watch.check()
+            if refused:
+                conclude(ExitCode.RESUME, None, None, refused)
+                sys.exit(int(ExitCode.RESUME))
+        if watch:
+            watch.start(stop)
+        try:
+            outcome = job.run(cfg, run_dir, info, context=env.context(), stop=stop, on_hang=on_hang)
+        finally:
+            if watch:
+                watch.stop()
+        decision = conclude(outcome.code, outcome.step, outcome.signal, outcome.error)
+        if decision.action == recovery.FINISH:
+            return f"finished at step {outcome.step}"
+        if decision.action == recovery.GIVE_UP:
+            print(f"resilient_slurm: giving up: {decision.reason}", file=sys.stderr, flush=True)
+            raise GaveUp(decision.reason)
+        # Exit without a result: the job is requeued (or Slurm is ending it), so the run is not done.
+        sys.exit(int(outcome.code))
+
+
+def _requeue(job_id: str, decision: Decision, step: int | None, exclude_file: str | None, events: EventLog) -> None:
+    from resilient_slurm.health import exclude_list
+    from resilient_slurm.slurm import scontrol
+
+    ok, message = scontrol.requeue(job_id)
+    record: dict[str, object] = {"reason": decision.reason, "ok": ok, **({} if ok else {"error": message.strip()})}
+    if decision.exclude_nodes:
+        excluded = list(decision.exclude_nodes)
+        if exclude_file:
+            for node in decision.exclude_nodes:
+                exclude_list.add(exclude_file, node, reason=decision.reason, now=time.time(), job_id=job_id,
+                                 ttl_s=EXCLUDE_TTL_S)
+            excluded = exclude_list.exclude_value(exclude_list.load(exclude_file), time.time()).split(",")
+        # Only a pending job takes ExcNodeList, which is what it is right after the requeue.
+        set_ok, set_message = scontrol.set_excluded_nodes(job_id, sorted(set(excluded)))
+        record.update(exclude=sorted(set(excluded)), exclude_ok=set_ok)
+        if not set_ok:
+            record["exclude_error"] = set_message.strip()
+    events.emit("requeue", step, **record)
+
+
+def _claim(run_dir: Path, job_id: str, restart: int) -> bool:
+    marks = run_dir / "slurm" / "decisions"
+    marks.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(marks / f"{job_id}.{restart}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
+def main(argv: list[str]) -> int:
+    """`python -m resilient_slurm.slurm.task RUN_DIR` (inside srun)."""
+    if len(argv) != 1:
+        print("usage: python -m resilient_slurm.slurm.task RUN_DIR", file=sys.stderr)
+        return 2
+    try:
+        print(SlurmTask(argv[0])())
+    except GaveUp:
+        return 70  # ExitCode.GAVE_UP: do not requeue
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

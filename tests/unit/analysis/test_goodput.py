@@ -1,0 +1,145 @@
+"""The report's figures from a ledger and metrics written here, step by step: a run stopped by
+SIGUSR1, then killed after its step-75 checkpoint, then finished. Golden file for the summary."""
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from resilient_slurm.analysis.goodput import account, cause_label, split_attempts
+from resilient_slurm.analysis.report import load, main, render, render_side_by_side, summarize
+from resilient_slurm.config import Config
+
+GOLDEN = Path(__file__).parent / "golden" / "report_summary.txt"
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc).timestamp()
+STEP_S, EVAL_S, SAVE_S = 0.5, 1.0, 0.25
+
+
+def stamp(s: float) -> str:
+    return datetime.fromtimestamp(T0 + s, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def synthetic_run(run_dir: Path) -> None:
+    """Attempt 1: 0 -> 40, SIGUSR1. Attempt 2: 40 -> 90, killed after saving 75. Attempt 3: 75 -> 100."""
+    events, kept, lost = [], [], []
+
+    def ev(t, kind, step, **kw):
+        events.append({"time": stamp(t), "event": kind, "step": step, "rank": 0, **kw})
+
+    def steps(t, first, last, rows, save_every=25):
+        for step in range(first, last + 1):
+            t += STEP_S
+            row = {"step": step, "loss": 5.0 - step / 50, "step_seconds": STEP_S}
+            if step % 50 == 0:
+                t += EVAL_S
+                row.update(val_loss=5.1 - step / 50, exact_match=step / 200, eval_seconds=EVAL_S)
+            rows.append({**row, "time": stamp(t)})
+            if step % save_every == 0:
+                t += SAVE_S
+                ev(t, "save", step, reason="periodic", path=f"/ckpt/step_{step:08d}", seconds=SAVE_S)
+        return t
+
+    ev(0, "start", 0, process_started=stamp(-3))
+    t = steps(0, 1, 40, kept)
+    ev(t + 0.1, "signal", 40, signal="SIGUSR1")
+    ev(t + 0.2, "save", 40, reason="emergency", path="/ckpt/step_00000040", seconds=0.1)
+    ev(t + 0.3, "stop", 40, reason="stop requested")
+    ev(100, "start", 0, process_started=stamp(97))
+    ev(101, "resume", 40, checkpoint="/ckpt/step_00000040")
+    t = steps(101, 41, 75, kept)
+    steps(t, 76, 90, lost)  # killed at 90: these steps are redone by the next attempt
+    ev(200, "start", 0, process_started=stamp(196))
+    ev(201, "resume", 75, checkpoint="/ckpt/step_00000075")
+    t = steps(201, 76, 100, kept)
+    ev(t + 0.5, "save", 100, reason="final", path="/ckpt/step_00000100", seconds=SAVE_S)
+    ev(t + 0.6, "finish", 100)
+
+    run_dir.mkdir(parents=True)
+    cfg = Config()
+    cfg.train.max_steps = 100
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    (run_dir / "run.json").write_text(json.dumps({"run_id": "abc123def456", "name": "demo", "experiment": "exp",
+                                                  "created": stamp(-5), "config_hash": "0" * 16}))
+    for name, lines in (("events.jsonl", events), ("metrics.jsonl", kept), ("metrics-lost.jsonl", lost)):
+        (run_dir / name).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    attempt = {"kind": "attempt", "time": stamp(0), "attempt": 1, "job_id": None, "nodes": ["node1"],
+               "git": {"commit": "f" * 40, "branch": "main", "dirty": True, "diff": "git/ffffffffffff-1234abcd.diff"},
+               "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "cuda": None}}
+    (run_dir / "record.jsonl").write_text(json.dumps(attempt) + "\n")
+
+
+def test_summary_matches_the_golden_file(tmp_path):
+    run_dir = tmp_path / "demo"
+    synthetic_run(run_dir)
+    text = render(summarize(load(run_dir))).replace(str(run_dir), "<RUN>")
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_the_figures_follow_from_the_definitions(tmp_path):
+    run_dir = tmp_path / "demo"
+    synthetic_run(run_dir)
+    files = load(run_dir)
+    acc = account(files.events, files.kept, files.lost)
+    assert [(a.resumed_from, a.last_step, a.outcome) for a in acc.attempts] == [
+        (0, 40, "stopped by SIGUSR1"), (40, 90, "killed without a trace"), (75, 100, "finished")]
+    assert acc.restarts_by_cause == {"stopped (SIGUSR1)": 1, "killed": 1}
+    assert acc.steps_lost == 15 and acc.steps_done == 100 and acc.finished
+    t = acc.time
+    assert t.productive_s == pytest.approx(100 * STEP_S) and t.redone_s == pytest.approx(15 * STEP_S)
+    assert t.eval_s == pytest.approx(2 * EVAL_S)  # at steps 50 and 100
+    saves = [e for e in files.events if e["event"] == "save"]
+    assert t.save_s == pytest.approx(sum(e["seconds"] for e in saves))
+    first = acc.attempts[0]
+    assert first.begin_s == pytest.approx(T0 - 3)  # the process start counts as allocated
+    assert t.allocated_s == pytest.approx(sum(a.end_s - a.begin_s for a in acc.attempts))
+    assert t.goodput == pytest.approx(t.productive_s / t.allocated_s)
+    assert t.waiting_s == pytest.approx(sum(b.begin_s - a.end_s for a, b in zip(acc.attempts, acc.attempts[1:])))
+    assert acc.last_checkpoint == {"step": 100, "path": "/ckpt/step_00000100", "reason": "final"}
+    assert acc.marks.rollbacks == [(75, 90)] and acc.marks.faults == [(90, "killed without a trace")]
+
+
+@pytest.mark.parametrize(
+    "kinds, attempts",
+    [
+        ([], 0),
+        (["submitted", "start", "save", "stop"], 1),  # before the first attempt: not part of one
+        (["start", "save", "start", "resume"], 2),
+        (["attempt", "start", "save", "attempt", "start", "crash"], 2),  # Slurm: attempt, then start
+        (["start", "rank_exit", "start"], 2),
+    ],
+)
+def test_split_attempts(kinds, attempts):
+    events = [{"event": k, "time": stamp(i), "step": 0} for i, k in enumerate(kinds)]
+    assert len(split_attempts(events)) == attempts
+
+
+@pytest.mark.parametrize(
+    "outcome, label",
+    [
+        ("stopped by SIGUSR1", "stopped (SIGUSR1)"),
+        ("stopped by a stop request", "stopped (a stop request)"),
+        ("crashed: InjectedFault: injected failure at step 7", "crashed (InjectedFault)"),
+        ("killed without a trace", "killed"),
+        ("gave up: 4 consecutive failures", "gave up"),
+    ],
+)
+def test_cause_label(outcome, label):
+    assert cause_label(outcome) == label
+
+
+def test_several_runs_side_by_side_and_a_bad_path(tmp_path, capsys):
+    synthetic_run(tmp_path / "a")
+    synthetic_run(tmp_path / "b")
+    text = render_side_by_side([summarize(load(tmp_path / "a")), summarize(load(tmp_path / "b"))])
+    lines = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.split()[0] != "steps"}
+    assert lines["run"] == ["demo", "demo"] and lines["restarts"] == ["2", "2"]
+    assert lines["goodput"] == ["68.1%", "68.1%"] and lines["checkpoint"] == ["100", "100"]
+    assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert (tmp_path / "a" / "report.png").stat().st_size > 10_000
+    assert main([str(tmp_path / "nothing-here")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
