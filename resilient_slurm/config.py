@@ -1,11 +1,15 @@
 """Typed configuration: the dataclasses Hydra fills, and their validation.
 
-`launch` converts Hydra's DictConfig to these objects once (`to_config`); nothing deeper sees a
-DictConfig. Validation returns every problem as one line naming the key and the fix.
+Every default lives here, once, with its doc beneath it: `register_schema` hands these defaults to
+Hydra as the base of `conf/config.yaml`, and `conf/` holds only presets that differ (experiments,
+model sizes, checkpoint policies, clusters). `launch` converts Hydra's DictConfig to these objects
+once (`to_config`); nothing deeper sees a DictConfig. Validation reports every problem at once, each
+as one line naming the key and the fix.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -118,13 +122,13 @@ class ColdTierConfig:
 
 @dataclass
 class CheckpointConfig:
-    every_steps: int = 0
-    """Save every N steps (0 = off)."""
+    every_steps: int = 1000
+    """Save every N steps (0 = off): milestones."""
     exponential_first_step: int = 0
     """Exponential policy: save at E, 2E, 4E, ... (0 = off)."""
-    every_minutes: float = 0.0
-    """Save when this many minutes passed since the last save (0 = off)."""
-    keep_last: int = 3
+    every_minutes: float = 30.0
+    """Save when this many minutes passed since the last save (0 = off): bounds what a fault can cost."""
+    keep_last: int = 5
     """Retention: keep the newest K checkpoints (at least 2: the newest may be mid-save)."""
     keep_every_steps: int = 0
     """Milestones: checkpoints at multiples of this step are never deleted (0 = none)."""
@@ -188,7 +192,8 @@ class ClusterConfig:
     qos: str | None = None
     constraint: str | None = None
     signal: str = "USR1"
-    """Signal Slurm sends `signal_lead_s` before the time limit (and at preemption)."""
+    """Signal Slurm sends `signal_lead_s` before the time limit (and at preemption): USR1 or USR2.
+    Not TERM: Slurm's scancel and preemption send TERM too, and a job cannot tell them apart."""
     signal_lead_s: int = 120
     """Lead time of the warning signal; Slurm delivers it up to 30 s earlier than asked."""
     term_grace_s: float = 30.0
@@ -353,20 +358,94 @@ DTYPES = ("float32", "bfloat16")
 TRACKING_MODES = ("offline", "online", "disabled")
 
 
-def to_config(cfg: DictConfig | dict[str, Any]) -> Config:
-    """Resolve, type-check and validate a composed config; raise ConfigError with one line."""
+def register_schema() -> None:
+    """Store the dataclass defaults as Hydra's config `schema`, the first entry of conf/config.yaml's
+    defaults list: every key exists (so `key=value` overrides need no `+`) with its one default.
+    Stored untyped, so a wrongly typed value reaches `to_config` and gets its one-line error."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="schema", node=to_dict(Config()))
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    """A value the user did not choose, changed to fit the values the user did choose."""
+
+    key: str
+    old: Any
+    new: Any
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.old} -> {self.new}: {self.why}"
+
+
+def to_config(cfg: DictConfig | dict[str, Any], explicit: Iterable[str] = (),
+              adjustments: list[Adjustment] | None = None) -> Config:
+    """Resolve, type-check and validate a composed config; raise ConfigError listing every problem,
+    one line each. `explicit` names the keys the user set on the command line: defaults that do not
+    fit are adjusted only where the user did not choose them, and each change is appended to
+    `adjustments`."""
+    container = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(container, dict)
+    container = {k: v for k, v in container.items() if k != "hydra"}
+    problems: list[str] = []
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
+        merged = OmegaConf.merge(OmegaConf.structured(Config), container)
+    except OmegaConfBaseException:
+        # Find each bad value (merging key by key), then go on without them for the other checks.
+        merged = OmegaConf.structured(Config)
+        for key, value in flatten(container).items():
+            try:
+                merged = OmegaConf.merge(merged, _nested(key, value))
+            except OmegaConfBaseException as e:
+                problems.append(_type_problem(key, e))
+    try:
         typed = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None) or "config"
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"{key}: {first}; fix the value or remove the key") from None
+        raise ConfigError(_type_problem(getattr(e, "full_key", None) or "config", e)) from None
     assert isinstance(typed, Config)
-    problems = validate(typed)
+    adjusted = fit_warmup(typed, set(explicit))
+    if adjusted and adjustments is not None:
+        adjustments.append(adjusted)
+    problems += validate(typed)
     if problems:
-        raise ConfigError(problems[0])
+        raise ConfigError("\n".join(problems))
     return typed
+
+
+def fit_warmup(cfg: Config, explicit: set[str]) -> Adjustment | None:
+    """A warmup the user did not choose that does not fit a short run (a smoke run of a recipe with
+    `train.max_steps=20`) is cut to a tenth of the run. A warmup set on the command line is the
+    user's: validation still refuses it if it does not fit."""
+    o, t = cfg.optim, cfg.train
+    if "optim.warmup_steps" in explicit or t.max_steps < 1 or o.warmup_steps < t.max_steps:
+        return None
+    old = o.warmup_steps
+    o.warmup_steps = t.max_steps // 10
+    return Adjustment("optim.warmup_steps", old, o.warmup_steps,
+                      f"the preset's warmup does not fit train.max_steps={t.max_steps}; set optim.warmup_steps "
+                      f"to choose another")
+
+
+def explicit_keys(overrides: Iterable[str]) -> set[str]:
+    """The config keys a list of Hydra overrides sets (`optim.lr=1e-4`, `+run.name=x`, `~key`)."""
+    return {item.lstrip("+~").partition("=")[0] for item in overrides if "=" in item}
+
+
+def _nested(key: str, value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    node = out
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def _type_problem(key: str, e: Exception) -> str:
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return f"{key}: {first}; fix the value or remove the key"
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:
@@ -401,70 +480,78 @@ def validate(cfg: Config) -> list[str]:
     need(2 * d.max_items + 4 <= d.seq_len,
          f"data.max_items: {d.max_items} does not fit data.seq_len={d.seq_len}; need 2*max_items+4 <= seq_len")
     need(1 <= d.min_items <= d.max_items,
-         f"data.min_items: {d.min_items} must be between 1 and data.max_items={d.max_items}")
+         f"data.min_items: {d.min_items} is outside 1..data.max_items={d.max_items}; pick a value in that range")
     unknown = sorted(set(d.mix) - set(TASKS))
     need(not unknown, f"data.mix: unknown task(s) {', '.join(unknown)}; use {', '.join(TASKS)}")
     need(bool(d.mix) and all(w >= 0 for w in d.mix.values()) and sum(d.mix.values()) > 0,
-         "data.mix: weights must be >= 0 with a positive sum")
+         "data.mix: weights must be >= 0 with a positive sum; fix the weights")
     per_step = d.micro_batch_size * world_size(k)
-    need(d.micro_batch_size >= 1, "data.micro_batch_size: must be >= 1")
+    need(d.micro_batch_size >= 1, f"data.micro_batch_size: {d.micro_batch_size}; set it to 1 or more")
     need(d.global_batch_size % max(per_step, 1) == 0,
          f"data.global_batch_size: {d.global_batch_size} is not a multiple of micro_batch_size*ranks="
          f"{per_step}; change one of them")
     need(d.num_samples >= d.global_batch_size, "data.num_samples: smaller than one global batch; raise it")
-    need(o.lr > 0, f"optim.lr: {o.lr} must be > 0")
-    need(0 <= o.min_lr_ratio <= 1, f"optim.min_lr_ratio: {o.min_lr_ratio} must be in [0, 1]")
+    need(o.lr > 0, f"optim.lr: {o.lr}; set a learning rate > 0")
+    need(0 <= o.min_lr_ratio <= 1, f"optim.min_lr_ratio: {o.min_lr_ratio}; set it within [0, 1]")
     need(0 <= o.warmup_steps < max(t.max_steps, 1) or t.max_steps == 0,
-         f"optim.warmup_steps: {o.warmup_steps} must be below train.max_steps={t.max_steps}")
-    need(o.grad_clip >= 0, "optim.grad_clip: must be >= 0 (0 disables clipping)")
-    need(t.max_steps >= 1, f"train.max_steps: {t.max_steps} must be >= 1")
-    need(t.log_every_steps >= 1, "train.log_every_steps: must be >= 1")
+         f"optim.warmup_steps: {o.warmup_steps} must be below train.max_steps={t.max_steps}; lower it or "
+         f"raise train.max_steps")
+    need(o.grad_clip >= 0, f"optim.grad_clip: {o.grad_clip}; set it >= 0 (0 disables clipping)")
+    need(t.max_steps >= 1, f"train.max_steps: {t.max_steps}; set it to 1 or more")
+    need(t.log_every_steps >= 1, f"train.log_every_steps: {t.log_every_steps}; set it to 1 or more")
     need(c.keep_last >= 2, f"checkpoint.keep_last: {c.keep_last}; keep at least 2 (the newest may be mid-save)")
     need(c.every_steps >= 0 and c.exponential_first_step >= 0 and c.every_minutes >= 0,
-         "checkpoint: every_steps, exponential_first_step and every_minutes must be >= 0 (0 = off)")
-    need(c.optimizer_on_last >= 0, "checkpoint.optimizer_on_last: must be >= 0 (0 = on all)")
-    need(c.max_shard_bytes >= 1 << 20, "checkpoint.max_shard_bytes: must be at least 1 MiB")
-    need(c.io_threads >= 1, "checkpoint.io_threads: must be >= 1")
+         "checkpoint.every_steps: every_steps, exponential_first_step and every_minutes must be >= 0; "
+         "use 0 to turn one off")
+    need(c.optimizer_on_last >= 0, f"checkpoint.optimizer_on_last: {c.optimizer_on_last}; set it >= 0 (0 = on all)")
+    need(c.max_shard_bytes >= 1 << 20, f"checkpoint.max_shard_bytes: {c.max_shard_bytes}; set at least 1 MiB (1048576)")
+    need(c.io_threads >= 1, f"checkpoint.io_threads: {c.io_threads}; set it to 1 or more")
     need(c.if_busy in ("wait", "skip"), f"checkpoint.if_busy: {c.if_busy!r}; use wait or skip")
     need(c.on_failure in ("continue", "stop"), f"checkpoint.on_failure: {c.on_failure!r}; use continue or stop")
     need(c.cold.keep_last >= 2, f"checkpoint.cold.keep_last: {c.cold.keep_last}; keep at least 2")
     need(c.cold.optimizer_on_last >= 0 and c.cold.keep_every_steps >= 0,
-         "checkpoint.cold: optimizer_on_last and keep_every_steps must be >= 0 (0 = on all / none)")
+         "checkpoint.cold.keep_every_steps: it and checkpoint.cold.optimizer_on_last must be >= 0; use 0 "
+         "for none / on all")
     need(0 < c.min_interval_s <= c.max_interval_s,
-         "checkpoint.min_interval_s: must be > 0 and at most checkpoint.max_interval_s")
-    need(c.mtbf_prior_h > 0, "checkpoint.mtbf_prior_h: must be > 0")
+         "checkpoint.min_interval_s: must be > 0 and at most checkpoint.max_interval_s; fix one of them")
+    need(c.mtbf_prior_h > 0, f"checkpoint.mtbf_prior_h: {c.mtbf_prior_h}; set it > 0")
     need(c.prior_write_gb_per_s > 0 and c.emergency_reserve_s >= 0,
-         "checkpoint.prior_write_gb_per_s must be > 0 and checkpoint.emergency_reserve_s >= 0")
+         "checkpoint.prior_write_gb_per_s: must be > 0, and checkpoint.emergency_reserve_s >= 0; fix the "
+         "value")
     need(k.kind in ("local", "slurm"), f"cluster.kind: {k.kind!r} unknown; use cluster=local or cluster=slurm")
-    need(k.ranks >= 1, f"cluster.ranks: {k.ranks} must be >= 1")
-    need(k.nodes >= 1 and k.tasks_per_node >= 1, "cluster.nodes and cluster.tasks_per_node: must be >= 1")
+    need(k.ranks >= 1, f"cluster.ranks: {k.ranks}; set it to 1 or more")
+    need(k.nodes >= 1 and k.tasks_per_node >= 1, f"cluster.nodes: {k.nodes}, cluster.tasks_per_node: {k.tasks_per_node}; set both to 1 or more")
     need(k.time_min >= 1, f"cluster.time_min: {k.time_min}; Slurm time limits are whole minutes >= 1")
-    need(k.signal in ("USR1", "USR2", "TERM"), f"cluster.signal: {k.signal!r}; use USR1, USR2 or TERM")
+    need(k.signal != "TERM", "cluster.signal: TERM cannot be the time-limit warning: scancel and preemption send "
+                             "TERM too and a job cannot tell them apart, so it would never requeue itself; use USR1 "
+                             "or USR2")
+    need(k.signal in ("USR1", "USR2", "TERM"), f"cluster.signal: {k.signal!r}; use USR1 or USR2")
     need(0 < k.signal_lead_s < k.time_min * 60,
-         f"cluster.signal_lead_s: {k.signal_lead_s} must be positive and below cluster.time_min*60")
-    need(k.max_restarts >= 0, "cluster.max_restarts: must be >= 0")
-    need(k.term_grace_s > 0, "cluster.term_grace_s: must be > 0 (the partition's GraceTime, or KillWait)")
-    need(k.gpus_per_node >= 0, "cluster.gpus_per_node: must be >= 0")
+         f"cluster.signal_lead_s: {k.signal_lead_s}; set it above 0 and below cluster.time_min*60")
+    need(k.max_restarts >= 0, f"cluster.max_restarts: {k.max_restarts}; set it >= 0")
+    need(k.term_grace_s > 0, f"cluster.term_grace_s: {k.term_grace_s}; set it > 0 (the partition's GraceTime, or KillWait)")
+    need(k.gpus_per_node >= 0, f"cluster.gpus_per_node: {k.gpus_per_node}; set it >= 0")
     need(cfg.health.check_every_s >= 0 and cfg.health.timeout_s > 0 and cfg.health.exclude_ttl_h > 0,
-         "health: check_every_s must be >= 0, timeout_s and exclude_ttl_h > 0")
+         "health.check_every_s: must be >= 0, health.timeout_s and health.exclude_ttl_h > 0; fix the value")
     mon = cfg.monitor
     unknown_kinds = sorted(set(mon.rollback_on) - set(FINDINGS))
     need(not unknown_kinds, f"monitor.rollback_on: unknown finding(s) {', '.join(unknown_kinds)}; use {', '.join(FINDINGS)}")
     need(mon.window >= 3 and 1 <= mon.min_history <= mon.window,
-         "monitor.min_history: must be between 1 and monitor.window (window >= 3)")
-    need(mon.hang_floor_s > 0 and mon.hang_factor > 1, "monitor.hang_floor_s must be > 0 and monitor.hang_factor > 1")
+         "monitor.min_history: must be between 1 and monitor.window (window >= 3); fix one of them")
+    need(mon.hang_floor_s > 0 and mon.hang_factor > 1, "monitor.hang_floor_s: must be > 0 and monitor.hang_factor > 1; raise them")
     need(mon.max_rollbacks >= 0 and mon.rollback_skip_batches >= 0 and 0 < mon.rollback_lr_factor <= 1,
-         "monitor: max_rollbacks and rollback_skip_batches must be >= 0, rollback_lr_factor in (0, 1]")
+         "monitor.max_rollbacks: it and monitor.rollback_skip_batches must be >= 0, "
+         "monitor.rollback_lr_factor in (0, 1]; fix the value")
     need(k.backend in ("auto", "gloo", "nccl"), f"cluster.backend: {k.backend!r}; use auto, gloo or nccl")
-    need(k.collective_timeout_s > 0, "cluster.collective_timeout_s: must be > 0")
+    need(k.collective_timeout_s > 0, f"cluster.collective_timeout_s: {k.collective_timeout_s}; set it > 0")
     need(cfg.tracking.mode in TRACKING_MODES,
          f"tracking.mode: {cfg.tracking.mode!r} unknown; use one of {', '.join(TRACKING_MODES)}")
     need(cfg.run.baseline is None or _safe_name(cfg.run.baseline),
          f"run.baseline: {cfg.run.baseline!r} is not a plain name; use the baseline run's name")
     e = cfg.eval
-    need(e.every_steps >= 0, "eval.every_steps: must be >= 0 (0 = off)")
-    need(d.val_samples >= 1, "data.val_samples: must be >= 1")
-    need(e.task_samples >= 0 and e.predictions >= 0, "eval: task_samples and predictions must be >= 0")
+    need(e.every_steps >= 0, f"eval.every_steps: {e.every_steps}; set it >= 0 (0 = off)")
+    need(d.val_samples >= 1, f"data.val_samples: {d.val_samples}; set it to 1 or more")
+    need(e.task_samples >= 0 and e.predictions >= 0, "eval.task_samples: task_samples and predictions must be >= 0; raise them")
     return p
 
 

@@ -1,17 +1,449 @@
 """The run's ledger: `events.jsonl`, one JSON object per line, appended by every rank.
 
-Each line has a UTC `time`, the `event` type, the `step` and the writing `rank`, plus details.
-Lines are written with one `write()` on an O_APPEND descriptor, so concurrent ranks never
-interleave within a line.
+Each line has a UTC `time`, the `event` kind, the `step` and the writing `rank`; in Slurm jobs the
+`job_id`, `restart` (requeue count), `job_step` and `node` of the attempt; then the fields of its kind. This module is the one
+catalog of kinds and their fields: writers pass a typed `Details` (so the type checker sees every
+field), readers get `Event`s back and narrow them with `select`. Lines are written with one
+`write()` on an O_APPEND descriptor, so concurrent ranks never interleave within a line.
+
+Reading is tolerant, because a ledger outlives the code that wrote it: a field a line lacks reads as
+None, fields the catalog does not know are kept in `Event.record`, and a kind it does not know
+reads as `Unknown`. Every ledger this version writes reads back exactly.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
+
+
+class Kind(str, Enum):
+    """Every kind of ledger event; the value is what `events.jsonl` spells."""
+
+    SUBMITTED = "submitted"
+    ATTEMPT = "attempt"
+    START = "start"
+    RESUME = "resume"
+    CHECKPOINT_SKIPPED = "checkpoint_skipped"
+    RNG_RESEEDED = "rng_reseeded"
+    SAVE = "save"
+    SAVE_FAILED = "save_failed"
+    SAVE_SKIPPED = "save_skipped"
+    EMERGENCY_PLAN = "emergency_plan"
+    RETENTION = "retention"
+    RETENTION_FAILED = "retention_failed"
+    COLD_COPY = "cold_copy"
+    COLD_COPY_FAILED = "cold_copy_failed"
+    COLD_COPY_CANCELLED = "cold_copy_cancelled"
+    COLD_COPY_DEFERRED = "cold_copy_deferred"
+    COLD_RETENTION = "cold_retention"
+    COLD_RETENTION_FAILED = "cold_retention_failed"
+    CHECKPOINT_INTERVAL = "checkpoint_interval"
+    ANOMALY = "anomaly"
+    ROLLBACK = "rollback"
+    GAVE_UP = "gave_up"
+    SIGNAL = "signal"
+    STOP = "stop"
+    CRASH = "crash"
+    HANG = "hang"
+    STACKS_DUMPED = "stacks_dumped"
+    FINISH = "finish"
+    REQUEUE = "requeue"
+    NODE_UNHEALTHY = "node_unhealthy"
+    RANK_EXIT = "rank_exit"
+    RANKS_KILLED = "ranks_killed"
+    CONFIG_ADJUSTED = "config_adjusted"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Details:
+    """The fields of one kind of event (subclasses); `KIND` names the kind."""
+
+    KIND: ClassVar[Kind]
+
+
+# --- launching and attempts -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Submitted(Details):
+    """`launch` submitted the run as a Slurm job (the job id is in the header)."""
+
+    KIND = Kind.SUBMITTED
+    exclude: str | None = None
+    """The --exclude value the job was submitted with."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempt(Details):
+    """A Slurm attempt of the job began (rank 0, before training)."""
+
+    KIND = Kind.ATTEMPT
+    nodes: list[str]
+    ntasks: int
+    cause: str
+    """Why this attempt runs: how the previous one ended."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Start(Details):
+    """Rank 0 built the model and is about to resume or start."""
+
+    KIND = Kind.START
+    world_size: int
+    pid: int
+    host: str
+    process_started: str | None = None
+    """UTC time the process started: start-up counts as allocated time."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigAdjusted(Details):
+    """A value the user did not set was changed at launch to fit the ones they did (config.Adjustment)."""
+
+    KIND = Kind.CONFIG_ADJUSTED
+    key: str
+    old: int
+    new: int
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resume(Details):
+    KIND = Kind.RESUME
+    checkpoint: str
+    has_optimizer: bool
+    source: str
+    """hot, or cold (copied back into the hot tier first)."""
+    saved_world_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointSkipped(Details):
+    """A checkpoint (or a tier's copy) failed verification or loading and was passed over."""
+
+    KIND = Kind.CHECKPOINT_SKIPPED
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RngReseeded(Details):
+    KIND = Kind.RNG_RESEEDED
+    why: str
+
+
+# --- saving ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Save(Details):
+    """A checkpoint was committed."""
+
+    KIND = Kind.SAVE
+    reason: str
+    """periodic, exponential, time, milestone, emergency, final."""
+    mode: str
+    """sync or async."""
+    path: str
+    bytes: int
+    seconds: float
+    blocking_s: float
+    """Time the training loop was blocked by it."""
+    has_optimizer: bool
+    replaced_to: str | None = None
+    """Where an existing directory of the same step (one that failed verification) was moved."""
+    plan: str | None = None
+    """The emergency plan it followed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveFailed(Details):
+    KIND = Kind.SAVE_FAILED
+    reason: str
+    mode: str
+    error: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveSkipped(Details):
+    KIND = Kind.SAVE_SKIPPED
+    reason: str
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmergencyPlan(Details):
+    KIND = Kind.EMERGENCY_PLAN
+    signal: str | None
+    plan: str
+    budget_s: float | None
+    estimate_s: float
+    reason: str
+    save_in_flight: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retention(Details):
+    KIND = Kind.RETENTION
+    deleted: list[int]
+    optimizer_stripped: list[int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetentionFailed(Details):
+    KIND = Kind.RETENTION_FAILED
+    error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdCopy(Details):
+    KIND = Kind.COLD_COPY
+    path: str
+    bytes: int
+    seconds: float
+    verified: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdCopyFailed(Details):
+    KIND = Kind.COLD_COPY_FAILED
+    path: str
+    error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdCopyCancelled(Details):
+    KIND = Kind.COLD_COPY_CANCELLED
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdCopyDeferred(Details):
+    KIND = Kind.COLD_COPY_DEFERRED
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdRetention(Details):
+    KIND = Kind.COLD_RETENTION
+    deleted: list[int]
+    optimizer_stripped: list[int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdRetentionFailed(Details):
+    KIND = Kind.COLD_RETENTION_FAILED
+    error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointInterval(Details):
+    """The Young-Daly interval changed."""
+
+    KIND = Kind.CHECKPOINT_INTERVAL
+    interval_s: float
+    young_daly_s: float
+    save_cost_s: float
+    mtbf_h: float
+    failures: int
+    exposure_h: float
+    bounds_s: list[float]
+
+
+# --- faults, stops and decisions ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Anomaly(Details):
+    """A monitor finding (monitor/detectors.py) and what was done about it."""
+
+    KIND = Kind.ANOMALY
+    kind: str
+    """The finding: loss_nan, loss_spike, slow_rank, ..."""
+    message: str
+    evidence: dict[str, Any]
+    action: str
+    """The recovery action taken (rollback, give_up) or report."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rollback(Details):
+    KIND = Kind.ROLLBACK
+    reason: str
+    anomaly_step: int
+    checkpoint: str | None
+    skipped_batches: int
+    skipped_positions: list[int]
+    """[first, end) global sample positions skipped."""
+    skipped_samples: list[int]
+    lr_scale: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GaveUp(Details):
+    """The run stops for good: do not requeue."""
+
+    KIND = Kind.GAVE_UP
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Signal(Details):
+    KIND = Kind.SIGNAL
+    signal: str
+    received: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stop(Details):
+    """A stop request was honoured after an emergency save."""
+
+    KIND = Kind.STOP
+    reason: str
+    checkpoint: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Crash(Details):
+    KIND = Kind.CRASH
+    error: str
+    traceback: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hang(Details):
+    KIND = Kind.HANG
+    reason: str
+    waited_s: float
+    limit_s: float
+    stacks: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StacksDumped(Details):
+    KIND = Kind.STACKS_DUMPED
+    reason: str
+    waited_s: float
+    stacks: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finish(Details):
+    KIND = Kind.FINISH
+    tokens_seen: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Requeue(Details):
+    """The job requeued itself (one task, by claim)."""
+
+    KIND = Kind.REQUEUE
+    reason: str
+    ok: bool
+    error: str | None = None
+    exclude: list[str] | None = None
+    """ExcNodeList set on the requeued job."""
+    exclude_ok: bool | None = None
+    exclude_error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeUnhealthy(Details):
+    KIND = Kind.NODE_UNHEALTHY
+    bad_node: str
+    action: str
+    xid: int | None
+    reason: str
+    notes: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankExit(Details):
+    """A local rank exited abnormally (the local launcher writes it)."""
+
+    KIND = Kind.RANK_EXIT
+    failed_rank: int
+    returncode: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RanksKilled(Details):
+    KIND = Kind.RANKS_KILLED
+    ranks: list[int]
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unknown(Details):
+    """A kind this version does not know (written by a newer one); its fields are in `record`."""
+
+    KIND = Kind.UNKNOWN
+
+
+CATALOG: dict[Kind, type[Details]] = {cls.KIND: cls for cls in Details.__subclasses__()}
+FAILURES = (Kind.CRASH, Kind.HANG)
+"""Events that mean an attempt failed."""
+
+D = TypeVar("D", bound=Details)
+
+
+@dataclass(frozen=True)
+class Event(Generic[D]):
+    """One ledger line: the header every line has, and the typed fields of its kind."""
+
+    details: D
+    time: str
+    step: int | None
+    rank: int
+    job_id: str | None = None
+    restart: int | None = None
+    """SLURM_RESTART_COUNT: how often the job was requeued."""
+    job_step: int | None = None
+    """The Slurm job step the rank runs in: a new one for each start inside the same allocation."""
+    node: str | None = None
+    record: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The line as read or written, every field included."""
+
+    @property
+    def kind(self) -> Kind:
+        return self.details.KIND
+
+
+def parse(record: dict[str, Any]) -> Event[Details]:
+    """One ledger line (a dict) as an Event."""
+    try:
+        kind = Kind(record.get("event"))
+    except ValueError:
+        kind = Kind.UNKNOWN
+    cls = CATALOG[kind]
+    values = {}
+    for f in fields(cls):
+        if f.name in record:
+            values[f.name] = record[f.name]
+        elif f.default is MISSING and f.default_factory is MISSING:
+            values[f.name] = None  # an older or torn writer: absent reads as None
+    restart, job_step = record.get("restart"), record.get("job_step")
+    return Event(
+        details=cls(**values), time=str(record.get("time", "")), step=record.get("step"),
+        rank=int(record.get("rank", 0)), job_id=None if record.get("job_id") is None else str(record["job_id"]),
+        restart=None if restart is None else int(restart), job_step=None if job_step is None else int(job_step),
+        node=record.get("node"), record=dict(record),
+    )
+
+
+def select(events: list[Event[Any]], cls: type[D]) -> list[Event[D]]:
+    """The events of one kind, typed as that kind."""
+    return [e for e in events if isinstance(e.details, cls)]
 
 
 def utc_now() -> str:
@@ -23,17 +455,25 @@ class EventLog:
         self.path = path
         self.rank = rank
         self.context = dict(context or {})
-        """Fields added to every event (attempt, job id)."""
+        """Header fields added to every event (job_id, restart, job_step, node)."""
 
-    def emit(self, event: str, step: int | None, **details: Any) -> dict[str, Any]:
-        record = {"time": utc_now(), "event": event, "step": step, "rank": self.rank, **self.context, **details}
+    def emit(self, details: Details, step: int | None) -> Event[Details]:
+        """Append one event. Optional fields left at None are not written."""
+        body = {}
+        for f in fields(details):
+            value = getattr(details, f.name)
+            if value is None and f.default is None:
+                continue
+            body[f.name] = value
+        record = {"time": utc_now(), "event": details.KIND.value, "step": step, "rank": self.rank, **self.context,
+                  **body}
         line = (json.dumps(record, default=str) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
         finally:
             os.close(fd)
-        return record
+        return parse(json.loads(line))
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -50,6 +490,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """All events of a ledger."""
-    return read_jsonl(path)
+def read_events(path: Path) -> list[Event[Details]]:
+    """Every event of a ledger, in order."""
+    return [parse(r) for r in read_jsonl(path) if isinstance(r, dict)]

@@ -19,20 +19,34 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
+from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.ledger import FAILURES, Crash, Event, GaveUp, Hang, Kind, NodeUnhealthy, Requeue, Signal, Stop
+
 WARNING_SIGNALS = ("SIGUSR1", "SIGUSR2")
-FINISH, REQUEUE, EXIT, GIVE_UP, ROLLBACK, REPORT = "finish", "requeue", "exit", "give_up", "rollback", "report"
-FAILURE_EVENTS = ("crash", "hang")
 # A rank that fails because a peer died or hung reports the collective, not the cause.
 _PEER_FAILURE = re.compile(r"connection closed by peer|connection reset|timed out|timeout|remote worker|"
                            r"nccl|gloo|broken pipe|^hang:", re.IGNORECASE)
 
 
+class Action(str, Enum):
+    FINISH = "finish"
+    REQUEUE = "requeue"
+    EXIT = "exit"
+    """Leave it to Slurm: it requeues a requeued or preempted job itself; a cancelled one stays cancelled."""
+    GIVE_UP = "give_up"
+    ROLLBACK = "rollback"
+    REPORT = "report"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Decision:
-    action: str
-    """finish | requeue | exit (leave it to Slurm) | give_up | rollback | report"""
+    action: Action
     reason: str
     exclude_nodes: tuple[str, ...] = ()
     """Requeue without these nodes: they failed a health check, or the failures follow them."""
@@ -50,17 +64,22 @@ class Failure:
         return not _PEER_FAILURE.search(self.error)
 
 
-def attempt_key(event: dict[str, Any]) -> tuple[str, int] | None:
-    if event.get("job_id") is None:
+AttemptKey = tuple[str, int, int]
+"""(job id, requeue count, job step): one start of the run inside a Slurm job. A requeue starts the
+job again (the count goes up); a restart inside the allocation starts a new job step."""
+
+
+def attempt_key(event: Event[Any]) -> AttemptKey | None:
+    if event.job_id is None:
         return None
-    return str(event["job_id"]), int(event.get("restart") or 0)
+    return event.job_id, event.restart or 0, event.job_step or 0
 
 
-def failure_streak(history: list[dict[str, Any]]) -> list[list[Failure]]:
+def failure_streak(history: list[Event[Any]]) -> list[list[Failure]]:
     """The failures of consecutive failed attempts, newest first, that committed no checkpoint
     beyond the best one before them. Attempts that ended cleanly (preempted, timed out) neither
     count nor break the streak."""
-    attempts: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    attempts: dict[AttemptKey, list[Event[Any]]] = {}
     for e in history:
         key = attempt_key(e)
         if key is not None:
@@ -70,101 +89,122 @@ def failure_streak(history: list[dict[str, Any]]) -> list[list[Failure]]:
     best = -1
     for events in ordered:
         best_before.append(best)
-        best = max([best] + [e["step"] for e in events if e["event"] == "save"])
+        best = max([best] + [e.step for e in events if e.kind is Kind.SAVE and e.step is not None])
     streak: list[list[Failure]] = []
     for events, before in zip(reversed(ordered), reversed(best_before)):
-        saved = max([-1] + [e["step"] for e in events if e["event"] == "save"])
+        saved = max([-1] + [e.step for e in events if e.kind is Kind.SAVE and e.step is not None])
         if saved > before:
             break
-        failures = [Failure(e.get("step"), _failure_text(e), e.get("node")) for e in events
-                    if e["event"] in FAILURE_EVENTS]
+        failures = [Failure(e.step, _failure_text(e), e.node) for e in events if e.kind in FAILURES]
         if failures:
             streak.append(failures)
     return streak
 
 
-def failures_without_progress(history: list[dict[str, Any]]) -> int:
+def failures_without_progress(history: list[Event[Any]]) -> int:
     return len(failure_streak(history))
 
 
-def classify(streak: list[list[Failure]]) -> tuple[str, str, str | None] | None:
-    """(kind, explanation, node) for a streak of two or more failed attempts: a code bug (the same
-    failure at the same step on every attempt) or a node (its failures follow it), else None."""
+@dataclass(frozen=True)
+class Diagnosis:
+    """What a streak of failed attempts says about its cause."""
+
+    kind: str
+    """code_bug: the same failure at the same step on every attempt; node: the failures follow a node."""
+    reason: str
+    node: str | None = None
+    """The node a `node` diagnosis blames."""
+    nodes: tuple[str, ...] = ()
+    """Nodes the failures started on (ranks that only lost a peer are not counted)."""
+
+
+def classify(streak: list[list[Failure]]) -> Diagnosis | None:
+    """The cause of a streak of two or more failed attempts, when the failures show one."""
     if len(streak) < 2:
         return None
     origins = [[f for f in attempt if f.origin] or attempt for attempt in streak]
     signatures = {(_short(f.error, 120), f.step) for attempt in origins for f in attempt}
-    nodes = sorted({f.node for attempt in origins for f in attempt if f.node})
+    nodes = tuple(sorted({f.node for attempt in origins for f in attempt if f.node}))
     if len(signatures) == 1:
         error, step = next(iter(signatures))
+        if step is None and len(nodes) == 1:
+            # Failing before the first step, every time, on one node: a node that cannot start (a
+            # dead link, a GPU that does not initialise). A bug would fail the same way elsewhere,
+            # which the next attempt, without this node, shows.
+            return Diagnosis("node", f"every start fails on node {nodes[0]} before the first step: {error}",
+                             nodes[0], nodes)
         where = f" on nodes {', '.join(nodes)}" if len(nodes) > 1 else f" on node {nodes[0]}" if nodes else ""
-        return "code_bug", f"code bug: the same failure after step {step} on every attempt{where}: {error}", None
+        return Diagnosis("code_bug", f"code bug: the same failure after step {step} on every attempt{where}: {error}",
+                         nodes=nodes)
     common = set.intersection(*({f.node for f in attempt if f.node} for attempt in origins))
     if len(common) == 1:
         node = common.pop()
         steps = sorted({f.step for attempt in origins for f in attempt if f.step is not None})
-        return "node", f"failures follow node {node} across steps {steps}: hardware, not code", node
+        return Diagnosis("node", f"failures follow node {node} across steps {steps}: hardware, not code", node, nodes)
     return None
 
 
-def decide(code: int, signal: str | None, error: str | None, history: list[dict[str, Any]], max_restarts: int) -> Decision:
-    """`code` is the attempt's ExitCode (0 done, 75 stopped on request, 70 gave up, else failed);
-    `history` includes this attempt's own failure events."""
-    if code == 0:
-        return Decision(FINISH, "training finished")
+def decide(code: int, signal: str | None, error: str | None, history: list[Event[Any]], max_restarts: int) -> Decision:
+    """`code` is the attempt's ExitCode; `history` includes this attempt's own failure events."""
+    if code == ExitCode.DONE:
+        return Decision(Action.FINISH, "training finished")
     unhealthy = unhealthy_nodes(history)
     if unhealthy:
         # The node's fault, not the job's: no restart budget is used.
         why = "; ".join(f"{node}: {reason}" for node, reason in unhealthy.items())
-        return Decision(REQUEUE, f"failed node health check ({why}); requeued without it",
+        return Decision(Action.REQUEUE, f"failed node health check ({why}); requeued without it",
                         exclude_nodes=tuple(unhealthy))
-    if code == 75:
+    if code == ExitCode.RESUME:
         if signal in WARNING_SIGNALS:
-            return Decision(REQUEUE, f"{signal}: time-limit warning or preemption notice; saved and requeued")
-        return Decision(EXIT, f"{signal or 'stop request'}: Slurm requeues a requeued or preempted job itself; "
-                              f"a cancelled one stays cancelled")
-    if code == 70:
-        return Decision(GIVE_UP, _short(error))
+            return Decision(Action.REQUEUE, f"{signal}: time-limit warning or preemption notice; saved and requeued")
+        return Decision(Action.EXIT, f"{signal or 'stop request'}: Slurm requeues a requeued or preempted job "
+                                     f"itself; a cancelled one stays cancelled")
+    if code == ExitCode.GAVE_UP:
+        return Decision(Action.GIVE_UP, _short(error))
     streak = failure_streak(history)
     failures = len(streak)
     error = _short(error)
     if failures == 0:
-        return Decision(REQUEUE, f"failed after saving progress; requeued, restart budget untouched: {error}")
-    kind = classify(streak)
-    if kind and kind[0] == "code_bug" and len({f.node for a in streak for f in a if f.node}) > 1:
-        return Decision(GIVE_UP, f"{kind[1]}; a restart will not fix it")
+        return Decision(Action.REQUEUE, f"failed after saving progress; requeued, restart budget untouched: {error}")
+    diagnosis = classify(streak)
+    # Only the nodes failures started on count: a peer that lost its rank fails on another node.
+    if diagnosis and diagnosis.kind == "code_bug" and len(diagnosis.nodes) > 1:
+        return Decision(Action.GIVE_UP, f"{diagnosis.reason}; a restart will not fix it")
     if failures > max_restarts:
-        why = f"; {kind[1]}" if kind else ""
-        return Decision(GIVE_UP, f"{failures} consecutive failures without progress exceed the restart budget "
-                                 f"of {max_restarts}{why}; last: {error}")
-    if kind and kind[0] == "node":
-        return Decision(REQUEUE, f"failure {failures} without progress (budget {max_restarts}); {kind[1]}: "
-                                 f"requeued without it", exclude_nodes=(kind[2],) if kind[2] else ())
-    return Decision(REQUEUE, f"failure {failures} without progress (budget {max_restarts} restarts): {error}")
+        why = f"; {diagnosis.reason}" if diagnosis else ""
+        return Decision(Action.GIVE_UP, f"{failures} consecutive failures without progress exceed the restart "
+                                        f"budget of {max_restarts}{why}; last: {error}")
+    if diagnosis and diagnosis.kind == "node":
+        return Decision(Action.REQUEUE, f"failure {failures} without progress (budget {max_restarts}); "
+                                        f"{diagnosis.reason}: requeued without it",
+                        exclude_nodes=(diagnosis.node,) if diagnosis.node else ())
+    return Decision(Action.REQUEUE, f"failure {failures} without progress (budget {max_restarts} restarts): {error}")
 
 
-def unhealthy_nodes(history: list[dict[str, Any]]) -> dict[str, str]:
+def unhealthy_nodes(history: list[Event[Any]]) -> dict[str, str]:
     """Nodes the latest attempt found unhealthy (`node_unhealthy` events), with the reasons."""
     keys = [k for e in history if (k := attempt_key(e)) is not None]
     if not keys:
         return {}
-    return {e["bad_node"]: e["reason"] for e in history
-            if e["event"] == "node_unhealthy" and attempt_key(e) == keys[-1]}
+    return {e.details.bad_node: e.details.reason for e in history
+            if isinstance(e.details, NodeUnhealthy) and attempt_key(e) == keys[-1]}
 
 
 def on_findings(kinds: Iterable[str], rollback_on: Iterable[str], rollbacks_done: int, max_rollbacks: int) -> Decision:
     """After a step: roll back for an acting finding while the rollback budget lasts, else report."""
     acting = sorted(set(kinds) & set(rollback_on))
     if not acting:
-        return Decision(REPORT, "reported; no action configured")
+        return Decision(Action.REPORT, "reported; no action configured")
     if rollbacks_done < max_rollbacks:
-        return Decision(ROLLBACK, f"{', '.join(acting)}: rollback {rollbacks_done + 1} of {max_rollbacks}")
-    return Decision(GIVE_UP, f"{', '.join(acting)} again after {rollbacks_done} rollbacks (monitor.max_rollbacks="
+        return Decision(Action.ROLLBACK, f"{', '.join(acting)}: rollback {rollbacks_done + 1} of {max_rollbacks}")
+    return Decision(Action.GIVE_UP, f"{', '.join(acting)} again after {rollbacks_done} rollbacks (monitor.max_rollbacks="
                              f"{max_rollbacks}): the run keeps diverging; stopping, do not requeue")
 
 
-def _failure_text(e: dict[str, Any]) -> str:
-    return f"hang: {e.get('reason')}" if e["event"] == "hang" else str(e.get("error"))
+def _failure_text(e: Event[Any]) -> str:
+    if isinstance(e.details, Hang):
+        return f"hang: {e.details.reason}"
+    return str(e.details.error) if isinstance(e.details, Crash) else "unknown failure"
 
 
 def _short(error: str | None, limit: int = 300) -> str:
@@ -172,7 +212,7 @@ def _short(error: str | None, limit: int = 300) -> str:
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
-def restart_cause(history: list[dict[str, Any]], current: tuple[str, int]) -> str:
+def restart_cause(history: list[Event[Any]], current: AttemptKey) -> str:
     """Why attempt `current` runs: how the attempt before it ended, from the ledger."""
     previous = [e for e in history if (k := attempt_key(e)) is not None and k != current]
     if not previous:
@@ -180,15 +220,15 @@ def restart_cause(history: list[dict[str, Any]], current: tuple[str, int]) -> st
     last_key = attempt_key(previous[-1])
     last = [e for e in previous if attempt_key(e) == last_key]
     # The job's own decision explains best; then a stop; then the failure (ranks may log after it).
-    for kinds in (("requeue", "gave_up"), ("stop",), FAILURE_EVENTS):
-        found = [e for e in last if e["event"] in kinds]
+    for kinds in ((Kind.REQUEUE, Kind.GAVE_UP), (Kind.STOP,), FAILURES):
+        found = [e for e in last if e.kind in kinds]
         if not found:
             continue
         e = found[-1]
-        if e["event"] == "stop":
-            signals = [s["signal"] for s in last if s["event"] == "signal"]
-            return f"stopped by {signals[0] if signals else 'a stop request'} at step {e['step']}"
-        if e["event"] in FAILURE_EVENTS:
-            return f"{'hung' if e['event'] == 'hang' else 'crashed'} at step {e['step']}: {_short(_failure_text(e))}"
-        return e["reason"]
+        if isinstance(e.details, Stop):
+            signals = [s.details.signal for s in last if isinstance(s.details, Signal)]
+            return f"stopped by {signals[0] if signals else 'a stop request'} at step {e.step}"
+        if isinstance(e.details, (Requeue, GaveUp)):
+            return e.details.reason
+        return f"{'hung' if e.kind is Kind.HANG else 'crashed'} at step {e.step}: {_short(_failure_text(e))}"
     return "the previous attempt ended without a trace (killed, or its node failed)"

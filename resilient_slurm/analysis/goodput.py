@@ -30,6 +30,8 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
+from resilient_slurm.ledger import Crash, Event, GaveUp, Kind, Resume, Save, Signal, Start, select
+
 
 @dataclass(frozen=True)
 class Attempt:
@@ -106,14 +108,13 @@ def seconds(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def split_attempts(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def split_attempts(events: list[Event[Any]]) -> list[list[Event[Any]]]:
     """The ledger cut into attempts; events before the first attempt (`submitted`) are left out."""
-    attempts: list[list[dict[str, Any]]] = []
+    attempts: list[list[Event[Any]]] = []
     for e in events:
-        kind = e.get("event")
         current = attempts[-1] if attempts else None
-        starts_new = kind == "attempt" or (
-            kind == "start" and (current is None or any(x["event"] == "start" for x in current))
+        starts_new = e.kind is Kind.ATTEMPT or (
+            e.kind is Kind.START and (current is None or any(x.kind is Kind.START for x in current))
         )
         if starts_new:
             attempts.append([e])
@@ -122,33 +123,34 @@ def split_attempts(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return attempts
 
 
-def account(events: list[dict[str, Any]], kept: list[dict[str, Any]], lost: list[dict[str, Any]]) -> Accounting:
+def account(events: list[Event[Any]], kept: list[dict[str, Any]], lost: list[dict[str, Any]]) -> Accounting:
     """The run's attempts and time from its ledger, `metrics.jsonl` rows and `metrics-lost.jsonl` rows."""
     groups = split_attempts(events)
-    firsts = [seconds(g[0]["time"]) for g in groups]
+    firsts = [seconds(g[0].time) for g in groups]
     windows = list(zip(firsts, firsts[1:] + [float("inf")]))
     kept_by = _by_attempt(kept, windows)
     lost_by = _by_attempt(lost, windows)
     attempts: list[Attempt] = []
     for i, group in enumerate(groups):
         rows = kept_by[i] + lost_by[i]
-        traces = [seconds(e["time"]) for e in group] + [seconds(r["time"]) for r in rows]
-        traces += [seconds(e["process_started"]) for e in group if e["event"] == "start" and e.get("process_started")]
-        steps = [r["step"] for r in rows] + [e["step"] for e in group if isinstance(e.get("step"), int)]
-        resumed = next((e["step"] for e in group if e["event"] == "resume"), 0)
+        traces = [seconds(e.time) for e in group] + [seconds(r["time"]) for r in rows]
+        traces += [seconds(s.details.process_started) for s in select(group, Start) if s.details.process_started]
+        steps = [r["step"] for r in rows] + [e.step for e in group if isinstance(e.step, int)]
+        resumed = next((e.step for e in select(group, Resume) if e.step is not None), 0)
         previous = attempts[-1] if attempts else None
         attempts.append(Attempt(
             index=i + 1, begin_s=min(traces), end_s=max(traces), resumed_from=resumed,
             last_step=max(steps + [resumed]),
             outcome=_outcome(group, last=i == len(groups) - 1),
             cause=None if previous is None else previous.outcome,
-            job_id=_first(group, "job_id"), restart=_first(group, "restart"),
+            job_id=next((e.job_id for e in group if e.job_id is not None), None),
+            restart=next((e.restart for e in group if e.restart is not None), None),
             productive_s=sum(r.get("step_seconds", 0.0) for r in kept_by[i]),
             redone_s=sum(r.get("step_seconds", 0.0) for r in lost_by[i]),
-            save_s=sum(e.get("seconds", 0.0) for e in group if e["event"] == "save"),
+            save_s=sum(s.details.seconds or 0.0 for s in select(group, Save)),
             eval_s=sum(r.get("eval_seconds", 0.0) for r in rows),
         ))
-    saves = [e for e in events if e.get("event") == "save"]
+    saves = select(events, Save)
     return Accounting(
         attempts=attempts,
         time=TimeBreakdown(
@@ -163,7 +165,8 @@ def account(events: list[dict[str, Any]], kept: list[dict[str, Any]], lost: list
         steps_lost=sum(max(0, a.last_step - b.resumed_from) for a, b in pairwise(attempts)),
         finished=bool(attempts) and attempts[-1].outcome == "finished",
         restarts_by_cause=dict(Counter(cause_label(a.cause) for a in attempts[1:] if a.cause)),
-        last_checkpoint=({k: saves[-1].get(k) for k in ("step", "path", "reason")} if saves else None),
+        last_checkpoint=({"step": saves[-1].step, "path": saves[-1].details.path, "reason": saves[-1].details.reason}
+                         if saves else None),
         marks=Marks(
             restarts=[(b.resumed_from, cause_label(b.cause or "")) for b in attempts[1:]],
             faults=[(a.last_step, a.outcome) for a in attempts[:-1] if not a.outcome.startswith("stopped")],
@@ -197,19 +200,15 @@ def _by_attempt(rows: list[dict[str, Any]], windows: list[tuple[float, float]]) 
     return out
 
 
-def _outcome(group: list[dict[str, Any]], last: bool) -> str:
-    kinds = {e["event"]: e for e in group}
-    if "finish" in kinds:
+def _outcome(group: list[Event[Any]], last: bool) -> str:
+    kinds = {e.kind for e in group}
+    if Kind.FINISH in kinds:
         return "finished"
-    if "gave_up" in kinds:
-        return f"gave up: {kinds['gave_up'].get('reason')}"
-    if "stop" in kinds:
-        signals = [e["signal"] for e in group if e["event"] == "signal"]
+    if gave_up := select(group, GaveUp):
+        return f"gave up: {gave_up[-1].details.reason}"
+    if Kind.STOP in kinds:
+        signals = [e.details.signal for e in select(group, Signal)]
         return f"stopped by {signals[0] if signals else 'a stop request'}"
-    if "crash" in kinds:
-        return f"crashed: {(kinds['crash'].get('error') or 'unknown error').splitlines()[0]}"
+    if crashes := select(group, Crash):
+        return f"crashed: {(crashes[-1].details.error or 'unknown error').splitlines()[0]}"
     return "running or killed" if last else "killed without a trace"
-
-
-def _first(group: list[dict[str, Any]], key: str) -> Any:
-    return next((e[key] for e in group if e.get(key) is not None), None)

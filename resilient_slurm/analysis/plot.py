@@ -8,6 +8,7 @@ from typing import Any
 
 from resilient_slurm.analysis.goodput import seconds
 from resilient_slurm.analysis.summary import Summary
+from resilient_slurm.ledger import Save, select
 
 # Spans closer than this on the timeline are drawn as one bar (the steps of one stretch of training).
 _MERGE_GAP_S = 1.0
@@ -29,9 +30,9 @@ def timeline(s: Summary) -> dict[str, list[tuple[float, float]]]:
             spans[kind].append((end - row.get("step_seconds", 0.0), row.get("step_seconds", 0.0)))
             if row.get("eval_seconds"):
                 spans["evaluation"].append((end, row["eval_seconds"]))
-    for e in s.files.events:
-        if e.get("event") == "save" and e.get("seconds"):
-            spans["saves"].append((seconds(e["time"]) - zero - e["seconds"], e["seconds"]))
+    for e in select(s.files.events, Save):
+        if e.details.seconds:
+            spans["saves"].append((seconds(e.time) - zero - e.details.seconds, e.details.seconds))
     # Attempts stay separate bars however close; the rest merge into stretches.
     return {k: v if k == "allocated" else _merge(v) for k, v in spans.items()}
 

@@ -12,7 +12,7 @@ from resilient_slurm.analysis.goodput import Accounting, account
 from resilient_slurm.analysis.metrics import lost_path, read_metrics
 from resilient_slurm.analysis.record import read_record
 from resilient_slurm.launch.rundir import load_config
-from resilient_slurm.ledger import read_events
+from resilient_slurm.ledger import Event, read_events
 from resilient_slurm.tracking.wandb_files import segments
 
 
@@ -27,7 +27,7 @@ class RunFiles:
     path: Path
     meta: dict[str, Any]
     max_steps: int | None
-    events: list[dict[str, Any]]
+    events: list[Event[Any]]
     kept: list[dict[str, Any]]
     lost: list[dict[str, Any]]
     record: list[dict[str, Any]]

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
+from resilient_slurm import ledger
 from resilient_slurm.checkpoint import layout, load, store
 from resilient_slurm.checkpoint.async_save import AsyncSaver
 from resilient_slurm.checkpoint.cold import ColdTier
@@ -68,7 +70,7 @@ class Checkpointer:
         self.committed_step = -1
         """The newest step whose checkpoint is committed (durable): what a resume would return to.
         Written by the save's thread; the loop only reads it."""
-        self.ledger: list[dict] = []
+        self.ledger: list[ledger.Event[Any]] = []
         """Rank 0: every attempt's events read at resume, then this attempt's saves."""
         self.interval: Interval | None = None
         self.failure: str | None = None
@@ -108,8 +110,8 @@ class Checkpointer:
         if busy:
             if self.cfg.if_busy == "skip":
                 if self.comm.rank == 0:
-                    self.events.emit("save_skipped", step, reason=reason,
-                                     why="the previous save is still being written")
+                    self.events.emit(ledger.SaveSkipped(reason=reason, why="the previous save is still being written"),
+                                     step)
                 return None
             self.saver.wait()
         self.clock = SaveClock(last_save_step=step, last_save_time_s=time.time())
@@ -130,8 +132,9 @@ class Checkpointer:
         plan = self.comm.all_gather_object(plan)[0]
         assert plan is not None
         if self.comm.rank == 0:
-            self.events.emit("emergency_plan", step, signal=signal, plan=plan.name, budget_s=_round(plan.budget_s),
-                             estimate_s=plan.estimate_s, reason=plan.reason, save_in_flight=self.saver.busy)
+            self.events.emit(ledger.EmergencyPlan(
+                signal=signal, plan=plan.name, budget_s=_round(plan.budget_s), estimate_s=plan.estimate_s,
+                reason=plan.reason, save_in_flight=self.saver.busy), step)
         self.saver.wait()
         self.copy_on_exit = plan.cold_copy
         if not plan.save:
@@ -147,7 +150,7 @@ class Checkpointer:
         self.saver.wait()
         if self.uploader is not None:
             if not self.copy_on_exit and not self.uploader.idle():
-                self.events.emit("cold_copy_deferred", self.clock.last_save_step, reason="no time before the kill")
+                self.events.emit(ledger.ColdCopyDeferred(reason="no time before the kill"), self.clock.last_save_step)
             self.uploader.close(finish=self.copy_on_exit)
 
     # --- resume
@@ -158,9 +161,9 @@ class Checkpointer:
                               before_step)
         restored = outcome.restored
         if restored is not None and restored.rng == "reseeded":
-            self.events.emit("rng_reseeded", restored.train_state["step"],
-                             why=f"the checkpoint was saved by {restored.saved_world_size} rank(s) and has no RNG "
-                                 f"states for rank {self.comm.rank}; seeded from (run id, step, rank)")
+            self.events.emit(ledger.RngReseeded(
+                why=f"the checkpoint was saved by {restored.saved_world_size} rank(s) and has no RNG "
+                    f"states for rank {self.comm.rank}; seeded from (run id, step, rank)"), restored.train_state["step"])
         if self.comm.rank == 0:
             self.ledger = read_events(self.events.path)
             self._copy_newest_if_missing()
@@ -179,25 +182,25 @@ class Checkpointer:
             return None
         self.clock = SaveClock(last_save_step=step, last_save_time_s=time.time())
         self._finished(step, reason, result, None, mode="sync", blocking_s=result.seconds,
-                       has_optimizer=bool(snap.optimizer), **({"plan": plan} if plan else {}))
+                       has_optimizer=bool(snap.optimizer), plan=plan)
         return result
 
     def _finished(self, step: int, reason: str, result: SaveResult | None, error: str | None, *, mode: str,
-                  blocking_s: float, has_optimizer: bool, **extra: object) -> None:
+                  blocking_s: float, has_optimizer: bool, plan: str | None = None) -> None:
         """A save ended (on the save's thread for async saves): ledger, retention, cold copy, interval."""
         if result is None:
             self.failure = error
             if self.comm.rank == 0:
-                self.events.emit("save_failed", step, reason=reason, mode=mode, error=error)
+                self.events.emit(ledger.SaveFailed(reason=reason, mode=mode, error=error), step)
             return
         self.committed_step = max(self.committed_step, step)
         if self.comm.rank != 0:
             return
-        record = self.events.emit(
-            "save", step, reason=reason, mode=mode, path=str(result.path), bytes=result.nbytes,
-            seconds=round(result.seconds, 4), blocking_s=round(blocking_s, 4), has_optimizer=has_optimizer,
-            **({"replaced_to": str(result.replaced)} if result.replaced else {}), **extra,
-        )
+        record = self.events.emit(ledger.Save(
+            reason=reason, mode=mode, path=str(result.path), bytes=result.nbytes, seconds=round(result.seconds, 4),
+            blocking_s=round(blocking_s, 4), has_optimizer=has_optimizer,
+            replaced_to=str(result.replaced) if result.replaced else None, plan=plan,
+        ), step)
         self.ledger.append(record)
         self._apply_retention(step)
         if self.uploader is not None:
@@ -216,11 +219,11 @@ class Checkpointer:
             for s in plan.strip_optimizer:
                 store.strip_optimizer(paths[s])
         except (OSError, ValueError) as e:
-            self.events.emit("retention_failed", step, error=str(e))
+            self.events.emit(ledger.RetentionFailed(error=str(e)), step)
             return
         if plan.delete or plan.strip_optimizer:
-            self.events.emit("retention", step, deleted=list(plan.delete),
-                             optimizer_stripped=list(plan.strip_optimizer))
+            self.events.emit(ledger.Retention(deleted=list(plan.delete), optimizer_stripped=list(plan.strip_optimizer)),
+                             step)
 
     def _plan(self, snap: Snapshot, signal: str | None, received_at: float | None) -> EmergencyPlan:
         """Rank 0: the emergency plan from the time left and what saves have cost so far."""
@@ -246,7 +249,7 @@ class Checkpointer:
         try:
             in_cold = set(self.cold.steps())
         except Exception as e:  # noqa: BLE001 - the copier will report its own failures later
-            self.events.emit("cold_copy_failed", None, path=self.cold.url, error=f"{e.__class__.__name__}: {e}")
+            self.events.emit(ledger.ColdCopyFailed(path=self.cold.url, error=f"{e.__class__.__name__}: {e}"), None)
             return
         if committed and committed[0][0] not in in_cold:
             self.uploader.request(*committed[0])
@@ -263,11 +266,11 @@ class Checkpointer:
         new = choose_interval(costs.blocking_s, costs.total_s or 0.0, mtbf, self.cfg.min_interval_s,
                               self.cfg.max_interval_s)
         if changed(self.interval.seconds if self.interval else None, new.seconds):
-            self.events.emit("checkpoint_interval", step, interval_s=round(new.seconds, 1),
-                             young_daly_s=round(new.young_daly_s, 1), save_cost_s=round(new.save_cost_s, 4),
-                             mtbf_h=round(new.mtbf_s / 3600.0, 3), failures=history.failures,
-                             exposure_h=round(history.exposure_s / 3600.0, 3),
-                             bounds_s=[self.cfg.min_interval_s, self.cfg.max_interval_s])
+            self.events.emit(ledger.CheckpointInterval(
+                interval_s=round(new.seconds, 1), young_daly_s=round(new.young_daly_s, 1),
+                save_cost_s=round(new.save_cost_s, 4), mtbf_h=round(new.mtbf_s / 3600.0, 3),
+                failures=history.failures, exposure_h=round(history.exposure_s / 3600.0, 3),
+                bounds_s=[self.cfg.min_interval_s, self.cfg.max_interval_s]), step)
         self.interval = new
 
 

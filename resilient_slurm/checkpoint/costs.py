@@ -1,6 +1,6 @@
 """What saves and cold-tier copies have cost in this run, from its ledger. Pure.
 
-Input is the run's `events.jsonl` records (every attempt's, so a fresh attempt plans with what the
+Input is the run's ledger events (every attempt's, so a fresh attempt plans with what the
 earlier ones measured) plus this attempt's own. Medians of the most recent few, because this
 kind of storage swings 2-5x from one save to the next.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from typing import Any
+
+from resilient_slurm.ledger import ColdCopy, Event, Save, select
 
 RECENT = 5
 
@@ -26,14 +28,14 @@ class SaveCosts:
     """Bytes per second of a copy to the cold tier, read-back check included."""
 
 
-def save_costs(events: list[dict[str, Any]]) -> SaveCosts:
-    saves = [e for e in events if e.get("event") == "save" and e.get("seconds") and e.get("bytes")][-RECENT:]
-    copies = [e for e in events if e.get("event") == "cold_copy" and e.get("seconds") and e.get("bytes")][-RECENT:]
+def save_costs(events: list[Event[Any]]) -> SaveCosts:
+    saves = [e.details for e in select(events, Save) if e.details.seconds and e.details.bytes][-RECENT:]
+    copies = [e.details for e in select(events, ColdCopy) if e.details.seconds and e.details.bytes][-RECENT:]
     return SaveCosts(
-        write_bytes_per_s=_median([e["bytes"] / e["seconds"] for e in saves]),
-        blocking_s=_median([e.get("blocking_s", e["seconds"]) for e in saves]),
-        total_s=_median([e["seconds"] for e in saves]),
-        cold_bytes_per_s=_median([e["bytes"] / e["seconds"] for e in copies]),
+        write_bytes_per_s=_median([s.bytes / s.seconds for s in saves]),
+        blocking_s=_median([s.seconds if s.blocking_s is None else s.blocking_s for s in saves]),
+        total_s=_median([s.seconds for s in saves]),
+        cold_bytes_per_s=_median([c.bytes / c.seconds for c in copies]),
     )
 
 

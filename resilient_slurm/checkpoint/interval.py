@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from resilient_slurm.ledger import Event, Kind
+
 CHANGE = 0.10
 """An interval change smaller than this fraction is not worth a ledger entry."""
 
@@ -38,23 +40,23 @@ class Interval:
     mtbf_s: float
 
 
-def failure_history(events: list[dict[str, Any]], now_s: float) -> FailureHistory:
+def failure_history(events: list[Event[Any]], now_s: float) -> FailureHistory:
     """Failures and running time so far; the attempt in progress runs until `now_s` (epoch seconds)."""
-    attempts: list[list[dict[str, Any]]] = []
+    attempts: list[list[Event[Any]]] = []
     for e in events:
-        if e.get("event") == "start" and e.get("rank") == 0:
+        if e.kind is Kind.START and e.rank == 0:
             attempts.append([])
         if attempts:
             attempts[-1].append(e)
     failures = 0
     exposure = 0.0
     for i, attempt in enumerate(attempts):
-        kinds = {e.get("event") for e in attempt}
-        ended = bool(kinds & {"finish", "stop"})
-        running = i == len(attempts) - 1 and not ended and "crash" not in kinds
-        end = now_s if running else _epoch_s(attempt[-1]["time"])
-        exposure += max(end - _epoch_s(attempt[0]["time"]), 0.0)
-        if not running and ("crash" in kinds or not ended):
+        kinds = {e.kind for e in attempt}
+        ended = bool(kinds & {Kind.FINISH, Kind.STOP})
+        running = i == len(attempts) - 1 and not ended and Kind.CRASH not in kinds
+        end = now_s if running else _epoch_s(attempt[-1].time)
+        exposure += max(end - _epoch_s(attempt[0].time), 0.0)
+        if not running and (Kind.CRASH in kinds or not ended):
             failures += 1
     return FailureHistory(failures, exposure)
 

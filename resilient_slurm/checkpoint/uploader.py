@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+from resilient_slurm import ledger
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.cold import Cancelled, ColdTier
 from resilient_slurm.checkpoint.manifest import Manifest
@@ -78,15 +79,15 @@ class Uploader:
             manifest = Manifest.from_json((path / layout.MANIFEST).read_bytes())
             self.cold.upload(path, manifest, cancelled=lambda: self._cancel)
         except Cancelled as e:
-            self.events.emit("cold_copy_cancelled", step, reason=str(e))
+            self.events.emit(ledger.ColdCopyCancelled(reason=str(e)), step)
             return
         except Exception as e:  # noqa: BLE001 - a failed copy is recorded; the hot copy stays
-            self.events.emit("cold_copy_failed", step, path=self.cold.describe(step),
-                             error=f"{e.__class__.__name__}: {e}")
+            self.events.emit(ledger.ColdCopyFailed(path=self.cold.describe(step), error=f"{e.__class__.__name__}: {e}"),
+                             step)
             return
         nbytes = sum(e.nbytes for e in manifest.files.values())
-        self.events.emit("cold_copy", step, path=self.cold.describe(step), bytes=nbytes,
-                         seconds=round(time.perf_counter() - start, 4), verified=True)
+        self.events.emit(ledger.ColdCopy(path=self.cold.describe(step), bytes=nbytes,
+                                         seconds=round(time.perf_counter() - start, 4), verified=True), step)
         self._retention(step)
 
     def _retention(self, step: int) -> None:
@@ -100,8 +101,8 @@ class Uploader:
             for s in plan.strip_optimizer:
                 self.cold.strip_optimizer(s)
         except Exception as e:  # noqa: BLE001 - retention failing must not stop copies
-            self.events.emit("cold_retention_failed", step, error=f"{e.__class__.__name__}: {e}")
+            self.events.emit(ledger.ColdRetentionFailed(error=f"{e.__class__.__name__}: {e}"), step)
             return
         if plan.delete or plan.strip_optimizer:
-            self.events.emit("cold_retention", step, deleted=list(plan.delete),
-                             optimizer_stripped=list(plan.strip_optimizer))
+            self.events.emit(ledger.ColdRetention(deleted=list(plan.delete), optimizer_stripped=list(plan.strip_optimizer)),
+                             step)

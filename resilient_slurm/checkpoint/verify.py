@@ -54,8 +54,11 @@ def check_files(path: Path, manifest: Manifest, checksums: bool) -> str | None:
         if not f.is_file():
             return f"missing file {rel}"
         size = f.stat().st_size
-        if size != entry.nbytes:
+        if size < entry.nbytes:
             return f"truncated file {rel}: {size} of {entry.nbytes} bytes"
+        if size > entry.nbytes:
+            return f"file {rel} is {size - entry.nbytes} bytes longer than the manifest says ({size} instead of " \
+                   f"{entry.nbytes}): written to after the commit"
     structure = _check_structure(path, manifest)
     if structure:
         return structure

@@ -14,22 +14,31 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from resilient_slurm.config import ConfigError, to_config
+from resilient_slurm.config import Adjustment, ConfigError, explicit_keys, register_schema, to_config
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.launch import rundir
 from resilient_slurm.launch.local import run_local
 from resilient_slurm.launch.submit import submit
+from resilient_slurm.ledger import ConfigAdjusted, EventLog
+
+register_schema()
 
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
 def main(dict_cfg: DictConfig) -> None:
     overrides = list(HydraConfig.get().overrides.task)
+    adjustments: list[Adjustment] = []
     try:
-        cfg = to_config(dict_cfg)
+        cfg = to_config(dict_cfg, explicit_keys(overrides), adjustments)
         run_dir, resumed = rundir.prepare(cfg, overrides)
     except ConfigError as e:
-        print(f"resilient_slurm: config error: {e}", file=sys.stderr)
+        for line in str(e).splitlines():
+            print(f"resilient_slurm: config error: {line}", file=sys.stderr)
         sys.exit(ExitCode.CONFIG)
+    for a in adjustments:
+        print(f"resilient_slurm: {a}", file=sys.stderr)
+        EventLog(run_dir / "events.jsonl", rank=-1).emit(ConfigAdjusted(key=a.key, old=a.old, new=a.new, why=a.why),
+                                                          None)
     if cfg.cluster.kind == "slurm":
         if cfg.cluster.submit:
             submit(cfg, run_dir)

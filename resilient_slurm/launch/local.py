@@ -19,7 +19,7 @@ from pathlib import Path
 
 from resilient_slurm.config import Config
 from resilient_slurm.exit_codes import ExitCode
-from resilient_slurm.ledger import EventLog
+from resilient_slurm.ledger import EventLog, RankExit, RanksKilled
 from resilient_slurm.runtime import job
 from resilient_slurm.runtime.distributed import RankInfo
 from resilient_slurm.runtime.signals import STOP_SIGNALS, forward_signals
@@ -62,14 +62,14 @@ def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog) 
         for rank, code in enumerate(codes):
             if code is not None and code not in (ExitCode.DONE, ExitCode.RESUME) and rank not in reported:
                 reported.add(rank)
-                events.emit("rank_exit", None, failed_rank=rank, returncode=code)
+                events.emit(RankExit(failed_rank=rank, returncode=code), None)
         if all(c is not None for c in codes):
             return [c for c in codes if c is not None]
         if any(c is not None for c in codes) and deadline is None:
             deadline = time.monotonic() + grace_s
         if deadline is not None and time.monotonic() > deadline:
             stuck = [r for r, c in enumerate(codes) if c is None]
-            events.emit("ranks_killed", None, ranks=stuck, reason=f"still running {grace_s:.0f}s after another rank exited")
+            events.emit(RanksKilled(ranks=stuck, reason=f"still running {grace_s:.0f}s after another rank exited"), None)
             _signal_all(procs, signal.SIGKILL)
             deadline = float("inf")
         time.sleep(0.1)

@@ -8,7 +8,7 @@ from typing import Any
 
 from resilient_slurm.config import ClusterConfig, Config
 from resilient_slurm.health import exclude_list
-from resilient_slurm.ledger import EventLog
+from resilient_slurm.ledger import EventLog, Submitted
 from resilient_slurm.slurm.task import SlurmTask
 
 
@@ -43,7 +43,8 @@ def submit(cfg: Config, run_dir: Path) -> str:
     executor = submitit.SlurmExecutor(folder=run_dir / "slurm", max_num_timeout=0)
     executor.update_parameters(**executor_parameters(cfg.cluster, run_dir.name, excluded))
     job = executor.submit(SlurmTask(str(run_dir)))
-    EventLog(run_dir / "events.jsonl", rank=-1).emit("submitted", None, job_id=job.job_id, exclude=excluded or None)
+    EventLog(run_dir / "events.jsonl", rank=-1, context={"job_id": job.job_id}).emit(
+        Submitted(exclude=excluded or None), None)
     log = run_dir / "slurm" / f"{job.job_id}_0_log.out"
     print(f"resilient_slurm: submitted job {job.job_id} for run {run_dir}")
     print(f"  follow:  tail -F {log}")

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from resilient_slurm import ledger
 from resilient_slurm.analysis import record
 from resilient_slurm.analysis.metrics import MetricsFile
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
@@ -32,7 +33,7 @@ from resilient_slurm.launch import rundir
 from resilient_slurm.ledger import EventLog, read_events, utc_now
 from resilient_slurm.monitor.detectors import Finding, Monitor, Observation
 from resilient_slurm.monitor.gpu_sampler import GpuSampler
-from resilient_slurm.recovery import GIVE_UP, ROLLBACK, on_findings
+from resilient_slurm.recovery import Action, on_findings
 from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.evaluation import Evaluator
 from resilient_slurm.runtime.faults import FaultInjector
@@ -91,7 +92,7 @@ def run(
     except Exception as e:  # noqa: BLE001 - recorded in the ledger, then reported by exit status
         step = loop.progress.step if loop else None
         error = f"{type(e).__name__}: {e}"
-        events.emit("crash", step, error=error, traceback=traceback.format_exc(limit=8))
+        events.emit(ledger.Crash(error=error, traceback=traceback.format_exc(limit=8)), step)
         log.exception("rank %d crashed", info.rank)
         return RunOutcome(ExitCode.FAILED, step, error=error)
     finally:
@@ -121,8 +122,8 @@ class _Loop:
         self.progress = Progress()
         self.identity = rundir.read_identity(run_dir)
         history = read_events(run_dir / "events.jsonl")
-        self.rollbacks = sum(1 for e in history if e["event"] == "rollback")
-        self.faults = FaultInjector(cfg.fault, comm.rank, hung_before=any(e["event"] == "hang" for e in history))
+        self.rollbacks = len(ledger.select(history, ledger.Rollback))
+        self.faults = FaultInjector(cfg.fault, comm.rank, hung_before=bool(ledger.select(history, ledger.Hang)))
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.watchdog = Watchdog(cfg.monitor, run_dir / "logs", events, comm.rank, on_hang, ExitCode.FAILED)
         self.gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
@@ -138,8 +139,8 @@ class _Loop:
             log.info("model %s: %.2fM parameters, %d rank(s), global batch %d x %d tokens",
                      cfg.model.name, num_parameters(self.model) / 1e6, comm.world_size,
                      cfg.data.global_batch_size, cfg.data.seq_len)
-            self.events.emit("start", 0, world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
-                             process_started=record.process_started())
+            self.events.emit(ledger.Start(world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
+                                          process_started=record.process_started()), 0)
             record.record_attempt(self.run_dir, comm.world_size)
         if cfg.monitor.enabled:
             self.watchdog.start()
@@ -158,7 +159,7 @@ class _Loop:
         # Finished: no step can be redone any more, so all of them are final.
         self.tracker.commit(self.progress.step)
         if comm.rank == 0:
-            self.events.emit("finish", self.progress.step, tokens_seen=self.progress.tokens_seen)
+            self.events.emit(ledger.Finish(tokens_seen=self.progress.tokens_seen), self.progress.step)
             log.info("finished at step %d; run directory: %s", self.progress.step, self.run_dir)
         return ExitCode.DONE
 
@@ -212,14 +213,14 @@ class _Loop:
             # GPU findings are this rank's own; the rest are the same on every rank: rank 0 records them.
             if self.comm.rank == 0 or f.kind.startswith("gpu_"):
                 acts = f.kind in self.cfg.monitor.rollback_on
-                self.events.emit("anomaly", step, kind=f.kind, message=f.message, evidence=f.evidence,
-                                 action=decision.action if acts else "report")
-        if decision.action == ROLLBACK:
+                self.events.emit(ledger.Anomaly(kind=f.kind, message=f.message, evidence=f.evidence,
+                                                action=decision.action if acts else Action.REPORT), step)
+        if decision.action is Action.ROLLBACK:
             self._rollback(step, decision.reason)
-        elif decision.action == GIVE_UP:
+        elif decision.action is Action.GIVE_UP:
             self.gave_up = decision.reason
             if self.comm.rank == 0:
-                self.events.emit("gave_up", step, reason=decision.reason)
+                self.events.emit(ledger.GaveUp(reason=decision.reason), step)
                 log.error("giving up: %s", decision.reason)
             return ExitCode.GAVE_UP
         return None
@@ -252,11 +253,11 @@ class _Loop:
         if self.metrics:
             self.metrics.truncate_after(restored_step)
         if comm.rank == 0:
-            self.events.emit(
-                "rollback", restored_step, reason=reason, anomaly_step=anomaly_step, checkpoint=checkpoint,
+            self.events.emit(ledger.Rollback(
+                reason=reason, anomaly_step=anomaly_step, checkpoint=checkpoint,
                 skipped_batches=skip, skipped_positions=[first, first + skip * g],
                 skipped_samples=self.sampler.stream.indices(first, skip * g), lr_scale=cfg.monitor.rollback_lr_factor,
-            )
+            ), restored_step)
             log.warning("rolled back from step %d to %d, skipping %d batches: %s", anomaly_step, restored_step,
                         skip, reason)
 
@@ -270,9 +271,9 @@ class _Loop:
         if self.metrics:
             self.metrics.truncate_after(self.progress.step)
         if self.comm.rank == 0:
-            self.events.emit("resume", self.progress.step, checkpoint=str(restored.path),
-                             has_optimizer=restored.has_optimizer, source=restored.source,
-                             saved_world_size=restored.saved_world_size)
+            self.events.emit(ledger.Resume(checkpoint=str(restored.path), has_optimizer=restored.has_optimizer,
+                                           source=restored.source, saved_world_size=restored.saved_world_size),
+                             self.progress.step)
             log.info("resumed from %s (step %d)", restored.path, self.progress.step)
 
     def _load_newest(self, before_step: int | None = None) -> Restored | None:
@@ -281,7 +282,7 @@ class _Loop:
         outcome = self.checkpointer.resume(self.model, self.optimizer, self.scheduler, before_step=before_step)
         if self.comm.rank == 0:
             for path, reason in outcome.skipped:
-                self.events.emit("checkpoint_skipped", None, path=str(path), reason=reason)
+                self.events.emit(ledger.CheckpointSkipped(path=str(path), reason=reason), None)
         if outcome.restored is None and (outcome.touched_state or before_step is not None):
             cfg = self.cfg
             init_weights_(self.model, cfg.model, cfg.train.seed)
@@ -336,14 +337,15 @@ class _Loop:
     def _stop_on_request(self) -> ExitCode:
         step = self.progress.step
         if self.stop.signum is not None:
-            self.events.emit("signal", step, signal=self.stop.signal_name,
-                             received=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.stop.received_at)))
+            self.events.emit(ledger.Signal(
+                signal=self.stop.signal_name or "", received=time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                           time.gmtime(self.stop.received_at))), step)
         result = self.checkpointer.emergency_save(step, self._snapshot("emergency"), self.stop.signal_name,
                                                   self.stop.received_at)
         self._commit()
         if self.comm.rank == 0:
             why = self.stop.reason or self.stop.signal_name or "stop requested"
-            self.events.emit("stop", step, reason=why, checkpoint=str(result.path) if result else None)
+            self.events.emit(ledger.Stop(reason=why, checkpoint=str(result.path) if result else None), step)
             log.info("stopped at step %d after a stop request; launch again to resume", step)
         return ExitCode.RESUME
 

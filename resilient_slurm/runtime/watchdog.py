@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from resilient_slurm.config import MonitorConfig
-from resilient_slurm.ledger import EventLog
+from resilient_slurm.ledger import EventLog, Hang, StacksDumped
 from resilient_slurm.monitor.detectors import hang_timeout_s
 
 PY_SPY_TIMEOUT_S = 30.0
@@ -68,8 +68,8 @@ class Watchdog:
                 self._fire(waited, limit)
             elif marker.exists() and marker.stat().st_mtime >= self.started_at and not self._dumped():
                 dump = self._dump(f"a peer rank found the run hung; this rank waited {waited:.0f}s since step {self.step}")
-                self.events.emit("stacks_dumped", self.step, reason="a peer rank found the run hung",
-                                 waited_s=round(waited, 1), stacks=str(dump))
+                self.events.emit(StacksDumped(reason="a peer rank found the run hung", waited_s=round(waited, 1),
+                                              stacks=str(dump)), self.step)
 
     def _dump_path(self) -> Path:
         return self.logs / f"hang-rank{self.rank}-step{self.step}.txt"
@@ -100,8 +100,8 @@ class Watchdog:
         dump = self._dump(reason)
         (self.logs / HANG_MARKER).touch()
         time.sleep(PEER_DUMP_GRACE_S)
-        self.events.emit("hang", step, reason=reason, waited_s=round(waited, 1), limit_s=round(limit, 1),
-                         stacks=str(dump))
+        self.events.emit(Hang(reason=reason, waited_s=round(waited, 1), limit_s=round(limit, 1), stacks=str(dump)),
+                         step)
         try:
             self.on_hang(step, reason)
         finally:

@@ -16,6 +16,9 @@ class SlurmEnv:
     job_id: str
     restart_count: int
     """SLURM_RESTART_COUNT: 0 on the first run, n after the n-th requeue."""
+    step_id: int
+    """SLURM_STEP_ID: the job step the task runs in. A restart inside the allocation starts a new
+    step, so (job id, restart count, step) names one start of the run."""
     procid: int
     ntasks: int
     localid: int
@@ -38,6 +41,7 @@ class SlurmEnv:
         return SlurmEnv(
             job_id=e["SLURM_JOB_ID"],
             restart_count=int(e.get("SLURM_RESTART_COUNT", "0") or 0),
+            step_id=_int_or_zero(e.get("SLURM_STEP_ID", e.get("SLURM_STEPID", "0"))),
             procid=int(e["SLURM_PROCID"]),
             ntasks=int(e.get("SLURM_NTASKS", e.get("SLURM_NPROCS", "1"))),
             localid=int(e.get("SLURM_LOCALID", "0")),
@@ -49,7 +53,12 @@ class SlurmEnv:
 
     def context(self) -> dict[str, Any]:
         """Fields stamped on every event of this task."""
-        return {"job_id": self.job_id, "restart": self.restart_count, "node": self.nodename}
+        return {"job_id": self.job_id, "restart": self.restart_count, "job_step": self.step_id, "node": self.nodename}
+
+    @property
+    def attempt(self) -> tuple[str, int, int]:
+        """(job id, restart count, step): one start of the run, as `recovery.attempt_key` spells it."""
+        return self.job_id, self.restart_count, self.step_id
 
 
 def expand_hostlist(hostlist: str) -> list[str]:
@@ -79,6 +88,12 @@ def tasks_per_node(spec: str) -> list[int]:
     return out or [1]
 
 
-def master_port(job_id: str) -> int:
-    """A rendezvous port every task of a job derives alike, different for concurrent jobs."""
-    return 29500 + int(re.sub(r"\D", "", job_id) or 0) % 10000
+def master_port(job_id: str, step_id: int) -> int:
+    """A rendezvous port every task of one job step derives alike: different for concurrent jobs, and
+    for a new step of the same job (a restart inside the allocation must not meet the old store)."""
+    return 29500 + (int(re.sub(r"\D", "", job_id) or 0) * 31 + step_id) % 10000
+
+
+def _int_or_zero(text: str) -> int:
+    """The batch script's own step is spelled `batch` (or `extern`), not a number."""
+    return int(text) if text.isdigit() else 0

@@ -18,7 +18,7 @@ from pathlib import Path
 from resilient_slurm.config import Config
 from resilient_slurm.health import exclude_list
 from resilient_slurm.health.scan import preflight
-from resilient_slurm.ledger import EventLog
+from resilient_slurm.ledger import EventLog, NodeUnhealthy
 from resilient_slurm.runtime.signals import StopRequest
 from resilient_slurm.slurm import scontrol
 
@@ -46,8 +46,8 @@ class NodeHealthWatch:
         if verdict.ok:
             return None
         reason = f"node {self.node}: {verdict.reason}"
-        self.events.emit("node_unhealthy", None, bad_node=self.node, action=verdict.action.label, xid=verdict.xid,
-                         reason=verdict.reason, notes=list(report.notes))
+        self.events.emit(NodeUnhealthy(bad_node=self.node, action=verdict.action.label, xid=verdict.xid,
+                                       reason=verdict.reason, notes=list(report.notes)), None)
         log.error("node health check failed: %s", reason)
         if self.cfg.cluster.exclude_file:
             exclude_list.add(self.cfg.cluster.exclude_file, self.node, reason=verdict.reason, now=time.time(),

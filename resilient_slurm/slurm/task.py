@@ -20,13 +20,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.runtime.signals import install_stop_handlers
 
 if TYPE_CHECKING:
     from resilient_slurm.ledger import EventLog
     from resilient_slurm.recovery import Decision
-
-EXCLUDE_TTL_S = 24 * 3600.0
 
 
 class GaveUp(RuntimeError):
@@ -43,9 +42,9 @@ class SlurmTask:
         # First, before the slow imports: a preemption notice may come at any moment.
         stop = install_stop_handlers()
         from resilient_slurm import recovery
-        from resilient_slurm.exit_codes import ExitCode
         from resilient_slurm.launch import rundir
-        from resilient_slurm.ledger import EventLog, read_events
+        from resilient_slurm.ledger import Attempt, EventLog, read_events
+        from resilient_slurm.ledger import GaveUp as GaveUpEvent
         from resilient_slurm.runtime import job
         from resilient_slurm.runtime.distributed import RankInfo
         from resilient_slurm.slurm.env import SlurmEnv, master_port
@@ -60,22 +59,24 @@ class SlurmTask:
         events = EventLog(run_dir / "events.jsonl", rank=env.procid, context=env.context())
         if env.procid == 0:
             history = read_events(run_dir / "events.jsonl")
-            cause = recovery.restart_cause(history, (env.job_id, env.restart_count))
-            events.emit("attempt", None, nodes=list(env.nodes), ntasks=env.ntasks, cause=cause)
+            cause = recovery.restart_cause(history, env.attempt)
+            events.emit(Attempt(nodes=list(env.nodes), ntasks=env.ntasks, cause=cause), None)
         os.environ["LOCAL_WORLD_SIZE"] = str(env.local_ntasks)
         info = RankInfo(env.procid, env.ntasks, env.localid, node_address(env.nodes[0]),
-                        master_port(env.job_id))
+                        master_port(env.job_id, env.step_id))
 
         def conclude(code: int, step: int | None, signal: str | None, error: str | None) -> recovery.Decision:
             """Decide from the ledger and act: one task requeues (a second `scontrol requeue` would
             restart the job twice) and records why."""
             history = read_events(run_dir / "events.jsonl")
             decision = recovery.decide(code, signal, error, history, cfg.cluster.max_restarts)
-            if decision.action in (recovery.REQUEUE, recovery.GIVE_UP) and _claim(run_dir, env.job_id, env.restart_count):
-                if decision.action == recovery.GIVE_UP:
-                    events.emit("gave_up", step, reason=decision.reason)
+            acts = decision.action in (recovery.Action.REQUEUE, recovery.Action.GIVE_UP)
+            if acts and _claim(run_dir, env.attempt):
+                if decision.action is recovery.Action.GIVE_UP:
+                    events.emit(GaveUpEvent(reason=decision.reason), step)
                 else:
-                    _requeue(env.job_id, decision, step, cfg.cluster.exclude_file, events)
+                    _requeue(env.job_id, decision, step, cfg.cluster.exclude_file, cfg.health.exclude_ttl_h * 3600.0,
+                             events)
             return decision
 
         def on_hang(step: int, reason: str) -> None:
@@ -96,41 +97,47 @@ class SlurmTask:
             if watch:
                 watch.stop()
         decision = conclude(outcome.code, outcome.step, outcome.signal, outcome.error)
-        if decision.action == recovery.FINISH:
+        if decision.action is recovery.Action.FINISH:
             return f"finished at step {outcome.step}"
-        if decision.action == recovery.GIVE_UP:
+        if decision.action is recovery.Action.GIVE_UP:
             print(f"resilient_slurm: giving up: {decision.reason}", file=sys.stderr, flush=True)
             raise GaveUp(decision.reason)
         # Exit without a result: the job is requeued (or Slurm is ending it), so the run is not done.
         sys.exit(int(outcome.code))
 
 
-def _requeue(job_id: str, decision: Decision, step: int | None, exclude_file: str | None, events: EventLog) -> None:
+def _requeue(job_id: str, decision: Decision, step: int | None, exclude_file: str | None, exclude_ttl_s: float,
+             events: EventLog) -> None:
     from resilient_slurm.health import exclude_list
+    from resilient_slurm.ledger import Requeue
     from resilient_slurm.slurm import scontrol
 
     ok, message = scontrol.requeue(job_id)
-    record: dict[str, object] = {"reason": decision.reason, "ok": ok, **({} if ok else {"error": message.strip()})}
+    error = None if ok else message.strip()
+    excluded: list[str] | None = None
+    set_ok: bool | None = None
+    set_error: str | None = None
     if decision.exclude_nodes:
         excluded = list(decision.exclude_nodes)
         if exclude_file:
             for node in decision.exclude_nodes:
                 exclude_list.add(exclude_file, node, reason=decision.reason, now=time.time(), job_id=job_id,
-                                 ttl_s=EXCLUDE_TTL_S)
+                                 ttl_s=exclude_ttl_s)
             excluded = exclude_list.exclude_value(exclude_list.load(exclude_file), time.time()).split(",")
         # Only a pending job takes ExcNodeList, which is what it is right after the requeue.
-        set_ok, set_message = scontrol.set_excluded_nodes(job_id, sorted(set(excluded)))
-        record.update(exclude=sorted(set(excluded)), exclude_ok=set_ok)
-        if not set_ok:
-            record["exclude_error"] = set_message.strip()
-    events.emit("requeue", step, **record)
+        excluded = sorted(set(excluded))
+        set_ok, set_message = scontrol.set_excluded_nodes(job_id, excluded)
+        set_error = None if set_ok else set_message.strip()
+    events.emit(Requeue(reason=decision.reason, ok=ok, error=error, exclude=excluded, exclude_ok=set_ok,
+                        exclude_error=set_error), step)
 
 
-def _claim(run_dir: Path, job_id: str, restart: int) -> bool:
+def _claim(run_dir: Path, attempt: tuple[str, int, int]) -> bool:
+    """True for the one task of this start that acts on the decision."""
     marks = run_dir / "slurm" / "decisions"
     marks.mkdir(parents=True, exist_ok=True)
     try:
-        os.close(os.open(marks / f"{job_id}.{restart}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(marks / ".".join(map(str, attempt)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         return True
     except FileExistsError:
         return False
@@ -140,12 +147,12 @@ def main(argv: list[str]) -> int:
     """`python -m resilient_slurm.slurm.task RUN_DIR` (inside srun)."""
     if len(argv) != 1:
         print("usage: python -m resilient_slurm.slurm.task RUN_DIR", file=sys.stderr)
-        return 2
+        return ExitCode.CONFIG
     try:
         print(SlurmTask(argv[0])())
     except GaveUp:
-        return 70  # ExitCode.GAVE_UP: do not requeue
-    return 0
+        return ExitCode.GAVE_UP
+    return ExitCode.DONE
 
 
 if __name__ == "__main__":

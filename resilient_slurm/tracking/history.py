@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from resilient_slurm.ledger import Event
 from resilient_slurm.tracking.base import Table
 
 Row = tuple[int, dict[str, Any]]
@@ -78,7 +79,7 @@ def resume_point(sends: list[tuple[int, int]], on_disk: int | None) -> tuple[int
     return on_disk, max((offset for step, offset in sends if step <= on_disk), default=0)
 
 
-def attach_events(rows: list[Row], events: list[dict[str, Any]]) -> list[Row]:
+def attach_events(rows: list[Row], events: list[Event[Any]]) -> list[Row]:
     """`rows` with the send's events on its last row: an `events/<kind>` count per event, and one
     `events/ledger` table that keeps each event's own step. All on one row, because a segment that
     is killed keeps a prefix of its rows: the events must survive or vanish with the row that
@@ -88,15 +89,15 @@ def attach_events(rows: list[Row], events: list[dict[str, Any]]) -> list[Row]:
     out = [(step, dict(values)) for step, values in rows]
     last = out[-1][1]
     for e in events:
-        key = f"events/{e.get('event', 'unknown')}"
+        key = f"events/{e.kind.value}"
         last[key] = last.get(key, 0) + 1
     last[LEDGER_TABLE] = Table(_LEDGER_COLUMNS, [_ledger_row(e) for e in events])
     return out
 
 
-def _ledger_row(e: dict[str, Any]) -> list[Any]:
-    details = {k: v for k, v in e.items() if k not in ("time", "event", "step", "rank", "traceback")}
+def _ledger_row(e: Event[Any]) -> list[Any]:
+    details = {k: v for k, v in e.record.items() if k not in ("time", "event", "step", "rank", "traceback")}
     text = json.dumps(details, default=str, sort_keys=True)
     if len(text) > _DETAILS_MAX_CHARS:
         text = text[: _DETAILS_MAX_CHARS - 3] + "..."
-    return [e.get("time"), e.get("event"), e.get("step"), e.get("rank"), text]
+    return [e.time, e.record.get("event"), e.step, e.rank, text]

@@ -33,6 +33,7 @@ from typing import Any
 
 from resilient_slurm.analysis.metrics import read_metrics
 from resilient_slurm.config import Config, to_dict
+from resilient_slurm.ledger import Event, parse
 from resilient_slurm.tracking import wandb_files
 from resilient_slurm.tracking.base import Table
 from resilient_slurm.tracking.history import (
@@ -165,7 +166,7 @@ def _highest_step_on_disk(wandb_dir: Path, run_id: str) -> int | None:
         return None
 
 
-def read_ledger(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+def read_ledger(path: Path, offset: int) -> tuple[list[Event[Any]], int]:
     """The complete ledger lines after byte `offset`, and the offset after them."""
     if not path.exists():
         return [], offset
@@ -173,11 +174,13 @@ def read_ledger(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
         f.seek(offset)
         data = f.read()
     end = data.rfind(b"\n") + 1
-    events = []
+    events: list[Event[Any]] = []
     for line in data[:end].splitlines():
         try:
-            events.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(record, dict):
+            events.append(parse(record))
     return events, offset + end
 

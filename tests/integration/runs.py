@@ -9,9 +9,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
+
+from resilient_slurm.ledger import Event, read_events
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,8 +79,8 @@ def interrupt(proc: subprocess.Popen, rdir: Path, at_step: int, signum: int) -> 
     return finish(proc)
 
 
-def events(rdir: Path) -> list[dict]:
-    return [json.loads(line) for line in (rdir / "events.jsonl").read_text().splitlines()]
+def events(rdir: Path) -> list[Event[Any]]:
+    return read_events(rdir / "events.jsonl")
 
 
 def final_tensors(rdir: Path, step: int = 200) -> dict[str, torch.Tensor]:

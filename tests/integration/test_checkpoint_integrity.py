@@ -16,6 +16,7 @@ from resilient_slurm.checkpoint.save import save
 from resilient_slurm.checkpoint.state import Snapshot
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.ledger import Kind
 from resilient_slurm.runtime.distributed import Comm, RankInfo
 from tests.integration.runs import (
     assert_bit_identical,
@@ -83,11 +84,11 @@ def test_corrupt_and_torn_checkpoints_are_skipped_recorded_and_kept(tmp_path):
     code, out = finish(launch(tmp_path, "damaged", *keep))
     assert code == ExitCode.DONE, out
     ev = events(rdir)
-    skipped = [(Path(e["path"]).name, e["reason"]) for e in ev if e["event"] == "checkpoint_skipped"]
+    skipped = [(Path(e.details.path).name, e.details.reason) for e in ev if e.kind is Kind.CHECKPOINT_SKIPPED]
     assert skipped == [(newest.name, "checksum mismatch in optimizer.safetensors"),
                        (torn.name, "no manifest.json commit marker: the save did not finish")]
-    (resumed,) = [e for e in ev if e["event"] == "resume"]
-    assert resumed["checkpoint"] == str(good)
+    (resumed,) = [e for e in ev if e.kind is Kind.RESUME]
+    assert resumed.details.checkpoint == str(good)
     quarantined = sorted(p.name.split(".")[0] for p in (rdir / "checkpoints" / ".quarantine").iterdir())
     assert quarantined == sorted([newest.name, torn.name])
     assert_bit_identical(final_tensors(run_dir(tmp_path, "straight")), final_tensors(rdir))

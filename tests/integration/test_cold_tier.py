@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.ledger import Kind
 from tests.integration.runs import (
     assert_bit_identical,
     events,
@@ -54,23 +55,23 @@ def test_hot_tier_lost_resumes_from_the_object_store_bit_identical(tmp_path, s3)
     code, out = interrupt(launch(tmp_path, "tiered", *tiers), rdir, 110, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
     ev = events(rdir)
-    (stop,) = [e for e in ev if e["event"] == "stop"]
-    (plan,) = [e for e in ev if e["event"] == "emergency_plan"]
-    assert plan["plan"] == "full+cold", plan  # 120 s of lead time: the whole state, copied before exit
-    copies = {e["step"]: e for e in ev if e["event"] == "cold_copy"}
-    assert stop["step"] in copies and copies[stop["step"]]["verified"]
+    (stop,) = [e for e in ev if e.kind is Kind.STOP]
+    (plan,) = [e for e in ev if e.kind is Kind.EMERGENCY_PLAN]
+    assert plan.details.plan == "full+cold", plan  # 120 s of lead time: the whole state, copied before exit
+    copies = {e.step: e for e in ev if e.kind is Kind.COLD_COPY}
+    assert stop.step in copies and copies[stop.step].details.verified
     assert not (rdir / "checkpoints").exists() or not any((rdir / "checkpoints").iterdir()), "saved outside the hot tier"
     cold_run = f"{url[len('s3://'):]}/tiny_sft/tiered"
     in_cold = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(cold_run, detail=False, refresh=True))
-    assert len(in_cold) == 3 and in_cold[-1] == f"step_{stop['step']:08d}", in_cold  # cold retention kept 3
+    assert len(in_cold) == 3 and in_cold[-1] == f"step_{stop.step:08d}", in_cold  # cold retention kept 3
 
     shutil.rmtree(hot)  # the job comes back on a node with an empty local disk
     code, out = finish(launch(tmp_path, "tiered", *tiers))
     assert code == ExitCode.DONE, out
     ev = events(rdir)
-    (resume,) = [e for e in ev if e["event"] == "resume"]
-    assert resume["source"] == "cold" and resume["step"] == stop["step"]
+    (resume,) = [e for e in ev if e.kind is Kind.RESUME]
+    assert resume.details.source == "cold" and resume.step == stop.step
     final = hot / "tiny_sft" / "tiered" / "step_00000200"
     assert verify(final).ok
     assert_bit_identical(final_tensors(run_dir(tmp_path, "straight")), hot_tensors(final))
-    assert 200 in {e["step"] for e in ev if e["event"] == "cold_copy"}, "the final checkpoint never reached the cold tier"
+    assert 200 in {e.step for e in ev if e.kind is Kind.COLD_COPY}, "the final checkpoint never reached the cold tier"

@@ -6,6 +6,7 @@ import signal
 import pytest
 
 from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.ledger import Kind
 from tests.integration.runs import (
     assert_bit_identical,
     events,
@@ -38,14 +39,14 @@ def test_interrupted_three_ways_ends_bit_identical(tmp_path, ranks):
     assert_bit_identical(final_tensors(run_dir(tmp_path, "straight")), final_tensors(rdir))
 
     ev = events(rdir)
-    signals = [e for e in ev if e["event"] == "signal"]
-    assert [e["signal"] for e in signals] == ["SIGUSR1"] * ranks + ["SIGTERM"] * ranks  # each rank saw it
-    stops = [e for e in ev if e["event"] == "stop"]
-    emergency = [e for e in ev if e["event"] == "save" and e["reason"] == "emergency"]
-    assert [s["step"] for s in stops] == [e["step"] for e in emergency]
-    resumes = [e["step"] for e in ev if e["event"] == "resume"]
-    assert resumes[:2] == [s["step"] for s in stops]
+    signals = [e for e in ev if e.kind is Kind.SIGNAL]
+    assert [e.details.signal for e in signals] == ["SIGUSR1"] * ranks + ["SIGTERM"] * ranks  # each rank saw it
+    stops = [e for e in ev if e.kind is Kind.STOP]
+    emergency = [e for e in ev if e.kind is Kind.SAVE and e.details.reason == "emergency"]
+    assert [s.step for s in stops] == [e.step for e in emergency]
+    resumes = [e.step for e in ev if e.kind is Kind.RESUME]
+    assert resumes[:2] == [s.step for s in stops]
     # after the SIGKILL, the run resumed from the newest periodic checkpoint before the kill
-    killed_after = max(e["step"] for e in ev if e["event"] == "save" and e["step"] <= 140 + 25)
+    killed_after = max(e.step for e in ev if e.kind is Kind.SAVE and e.step <= 140 + 25)
     assert resumes[2] % 25 == 0 and resumes[2] >= 140 - 25 and resumes[2] <= killed_after
-    assert ev[-1]["event"] == "finish" and ev[-1]["step"] == 200
+    assert ev[-1].kind is Kind.FINISH and ev[-1].step == 200

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.ledger import Kind
 from tests.integration.runs import events, finish, interrupt, launch, run_dir
 
 pytestmark = pytest.mark.slow
@@ -43,17 +44,17 @@ def test_resume_on_another_world_size_keeps_global_batch_and_data_order(tmp_path
     assert code == ExitCode.DONE, out
 
     ev = events(rdir)
-    (resume,) = [e for e in ev if e["event"] == "resume"]
-    assert resume["saved_world_size"] == before and resume["step"] >= STOP_AT
-    starts = [e["world_size"] for e in ev if e["event"] == "start"]
+    (resume,) = [e for e in ev if e.kind is Kind.RESUME]
+    assert resume.details.saved_world_size == before and resume.step >= STOP_AT
+    starts = [e.details.world_size for e in ev if e.kind is Kind.START]
     assert starts == [before, after]
     # A rank the checkpoint has no RNG states for seeds its own, and says so; the others restore theirs.
-    assert [e["rank"] for e in ev if e["event"] == "rng_reseeded"] == list(range(before, after))
+    assert [e.rank for e in ev if e.kind is Kind.RNG_RESEEDED] == list(range(before, after))
 
     # The data position is a global sample count: every checkpoint after the resume is exactly
     # step * global batch into the stream, whatever the world size that wrote it.
     ckpts = sorted((rdir / "checkpoints").glob("step_*"))
-    resumed_after = [c for c in ckpts if int(c.name[5:]) > resume["step"]]
+    resumed_after = [c for c in ckpts if int(c.name[5:]) > resume.step]
     assert resumed_after
     for ckpt in resumed_after:
         state = json.loads((ckpt / "train_state.json").read_text())

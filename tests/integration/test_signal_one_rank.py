@@ -9,6 +9,7 @@ import pytest
 
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.ledger import Kind
 from tests.integration.runs import events, finish, launch, run_dir, wait_for_step
 
 pytestmark = pytest.mark.slow
@@ -37,13 +38,13 @@ def test_signal_to_one_rank_saves_the_same_step_on_both(tmp_path, target_rank):
     assert code == ExitCode.RESUME, out
 
     ev = events(rdir)
-    sig = [e for e in ev if e["event"] == "signal"]
-    assert [(e["rank"], e["signal"]) for e in sig] == [(target_rank, "SIGUSR2")]
-    (stop,) = [e for e in ev if e["event"] == "stop"]
-    ckpt = Path(stop["checkpoint"])
-    assert ckpt.name == f"step_{stop['step']:08d}" and stop["step"] == sig[0]["step"]
+    sig = [e for e in ev if e.kind is Kind.SIGNAL]
+    assert [(e.rank, e.details.signal) for e in sig] == [(target_rank, "SIGUSR2")]
+    (stop,) = [e for e in ev if e.kind is Kind.STOP]
+    ckpt = Path(stop.details.checkpoint)
+    assert ckpt.name == f"step_{stop.step:08d}" and stop.step == sig[0].step
     verdict = verify(ckpt)
     assert verdict.ok, verdict.reason
     assert verdict.manifest.world_size == 2
     assert {"rng/rank-00000.json", "rng/rank-00001.json"} <= set(verdict.manifest.files)
-    assert json.loads((ckpt / "train_state.json").read_text())["step"] == stop["step"]
+    assert json.loads((ckpt / "train_state.json").read_text())["step"] == stop.step

@@ -15,6 +15,7 @@ import pytest
 from resilient_slurm.analysis.metrics import read_metrics
 from resilient_slurm.analysis.report import load, summarize
 from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.ledger import Kind
 from resilient_slurm.tracking.wandb_files import history, segments
 from tests.integration.runs import REPO, events, finish, interrupt, launch, run_dir
 
@@ -52,7 +53,7 @@ def test_two_interruptions_leave_one_run_with_every_step_once(tmp_path, wandb_of
     kept = read_metrics(rdir / "metrics.jsonl")
     assert [r["step"] for r in kept] == list(range(1, 201))
     lost = read_metrics(rdir / "metrics-lost.jsonl")
-    resumes = [e["step"] for e in events(rdir) if e["event"] == "resume"]
+    resumes = [e.step for e in events(rdir) if e.kind is Kind.RESUME]
     assert len(resumes) == 2 and lost and all(r["step"] > resumes[1] for r in lost)
 
     # wandb: one id, one segment per process, and across them every step once, strictly increasing,
@@ -74,7 +75,7 @@ def test_two_interruptions_leave_one_run_with_every_step_once(tmp_path, wandb_of
     for row in rows:
         mirrored.update({k[len("events/"):]: v for k, v in row.values.items()
                          if k.startswith("events/") and isinstance(v, int) and k.count("/") == 1})
-    assert mirrored == Counter(e["event"] for e in events(rdir))
+    assert mirrored == Counter(e.kind.value for e in events(rdir))
 
     # report: restarts, causes and goodput agree with the ledger and the metrics.
     summary = summarize(load(rdir))
@@ -82,12 +83,12 @@ def test_two_interruptions_leave_one_run_with_every_step_once(tmp_path, wandb_of
     assert acc.finished and acc.steps_done == 200 and acc.restarts == 2
     assert acc.restarts_by_cause == {"stopped (SIGUSR1)": 1, "killed": 1}
     ev = events(rdir)
-    starts = [i for i, e in enumerate(ev) if e["event"] == "start"]
+    starts = [i for i, e in enumerate(ev) if e.kind is Kind.START]
     assert [a.resumed_from for a in acc.attempts] == [0] + resumes
     allocated = 0.0
     for a, (i, j) in zip(acc.attempts, zip(starts, starts[1:] + [len(ev)])):
-        first, until = t(ev[i]["time"]), t(ev[j]["time"]) if j < len(ev) else float("inf")
-        window = [t(e["time"]) for e in ev[i:j]] + [t(ev[i]["process_started"])]
+        first, until = t(ev[i].time), t(ev[j].time) if j < len(ev) else float("inf")
+        window = [t(e.time) for e in ev[i:j]] + [t(ev[i].details.process_started)]
         window += [t(r["time"]) for r in kept + lost if first <= t(r["time"]) < until]
         assert a.begin_s == pytest.approx(min(window)) and a.end_s == pytest.approx(max(window))
         allocated += max(window) - min(window)

@@ -72,7 +72,7 @@ def wait_for_end(job_id: str, rdir: Path, timeout_s: float) -> str:
 
 
 def describe(job_id: str, rdir: Path) -> str:
-    ledger = "\n".join(f"  {e['event']} step={e['step']} rank={e['rank']} {e.get('reason') or e.get('error') or ''}"
+    ledger = "\n".join(f"  {e.kind} step={e.step} rank={e.rank} {e.record.get('reason') or e.record.get('error') or ''}"
                        for e in (events(rdir) if (rdir / "events.jsonl").exists() else []))
     logs = "".join(p.read_text()[-1500:] for p in sorted((rdir / "slurm").glob(f"{job_id}_*_log.err")))
     return f"state: {job_state(job_id).get('JobState')}\nledger:\n{ledger}\nlogs:\n{logs}"

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from resilient_slurm.ledger import Kind
 from tests.integration.runs import assert_bit_identical, events, final_tensors, run_dir
 from tests.slurm.jobs import (
     describe,
@@ -54,16 +55,16 @@ def test_xid_79_during_a_job_drains_and_excludes_the_node_and_the_job_finishes_e
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
 
     ev = events(rdir)
-    (unhealthy,) = [e for e in ev if e["event"] == "node_unhealthy"]
-    assert unhealthy["bad_node"] == node_a and unhealthy["xid"] == 79
-    (requeue,) = [e for e in ev if e["event"] == "requeue"]
-    assert requeue["exclude"] == [node_a] and requeue["exclude_ok"], requeue
-    attempts = [e for e in ev if e["event"] == "attempt"]
-    assert [a["restart"] for a in attempts] == [0, 1]
-    assert attempts[0]["nodes"] == [node_a] and attempts[1]["nodes"] != [node_a]
-    (emergency,) = [e for e in ev if e["event"] == "save" and e["reason"] == "emergency"]
-    (resume,) = [e for e in ev if e["event"] == "resume"]
-    assert resume["step"] == emergency["step"]
+    (unhealthy,) = [e for e in ev if e.kind is Kind.NODE_UNHEALTHY]
+    assert unhealthy.details.bad_node == node_a and unhealthy.details.xid == 79
+    (requeue,) = [e for e in ev if e.kind is Kind.REQUEUE]
+    assert requeue.details.exclude == [node_a] and requeue.details.exclude_ok, requeue
+    attempts = [e for e in ev if e.kind is Kind.ATTEMPT]
+    assert [a.restart for a in attempts] == [0, 1]
+    assert attempts[0].details.nodes == [node_a] and attempts[1].details.nodes != [node_a]
+    (emergency,) = [e for e in ev if e.kind is Kind.SAVE and e.details.reason == "emergency"]
+    (resume,) = [e for e in ev if e.kind is Kind.RESUME]
+    assert resume.step == emergency.step
 
     state, reason = node_states(state_dir)[node_a]
     assert state.startswith("drain") and "79" in reason, (state, reason)
@@ -83,8 +84,8 @@ def test_an_application_or_benign_xid_keeps_the_node_in_service(slurm_cluster, t
     assert wait_for_end(job, rdir, 180) == "COMPLETED", describe(job, rdir)
 
     ev = events(rdir)
-    assert not [e for e in ev if e["event"] in ("node_unhealthy", "requeue")]
-    assert len([e for e in ev if e["event"] == "attempt"]) == 1
+    assert not [e for e in ev if e.kind in (Kind.NODE_UNHEALTHY, Kind.REQUEUE)]
+    assert len([e for e in ev if e.kind is Kind.ATTEMPT]) == 1
     state, reason = node_states(state_dir)[node_a]
     assert not state.startswith("drain") and state != "down", (state, reason)
     assert not (state_dir / "exclude.json").exists() or node_a not in json.loads(

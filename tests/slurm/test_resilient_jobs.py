@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from resilient_slurm.ledger import Kind
 from tests.integration.runs import (
     REPO,
     SMALL,
@@ -35,7 +36,7 @@ TWO_NODES = ["cluster.nodes=2", "cluster.tasks_per_node=1", "cluster.collective_
 
 
 def attempts(ev):
-    return [e for e in ev if e["event"] == "attempt"]
+    return [e for e in ev if e.kind is Kind.ATTEMPT]
 
 
 def test_time_limit_warning_saves_requeues_and_resumes_bit_identical(slurm_cluster, tmp_path):
@@ -48,14 +49,14 @@ def test_time_limit_warning_saves_requeues_and_resumes_bit_identical(slurm_clust
     assert wait_for_end(job, rdir, 330) == "COMPLETED", describe(job, rdir)
 
     ev = events(rdir)
-    assert [e["restart"] for e in attempts(ev)] == [0, 1]
+    assert [e.restart for e in attempts(ev)] == [0, 1]
     assert job_state(job)["Restarts"] == "1"
-    (requeue,) = [e for e in ev if e["event"] == "requeue"]
-    assert "SIGUSR1" in requeue["reason"] and requeue["ok"]
-    assert "SIGUSR1" in attempts(ev)[1]["cause"]
-    saves = [e for e in ev if e["event"] == "save" and e["reason"] == "emergency"]
-    assert len(saves) == 1 and 0 < saves[0]["step"] < 400
-    assert [e["signal"] for e in ev if e["event"] == "signal"] == ["SIGUSR1", "SIGUSR1"]  # both ranks
+    (requeue,) = [e for e in ev if e.kind is Kind.REQUEUE]
+    assert "SIGUSR1" in requeue.details.reason and requeue.details.ok
+    assert "SIGUSR1" in attempts(ev)[1].details.cause
+    saves = [e for e in ev if e.kind is Kind.SAVE and e.details.reason == "emergency"]
+    assert len(saves) == 1 and 0 < saves[0].step < 400
+    assert [e.details.signal for e in ev if e.kind is Kind.SIGNAL] == ["SIGUSR1", "SIGUSR1"]  # both ranks
     assert_bit_identical(final_tensors(ref, 400), final_tensors(rdir, 400))
 
 
@@ -68,12 +69,12 @@ def test_scontrol_requeue_mid_run_resumes_bit_identical(slurm_cluster, tmp_path)
     assert wait_for_end(job, rdir, 180) == "COMPLETED", describe(job, rdir)
 
     ev = events(rdir)
-    assert [e["restart"] for e in attempts(ev)] == [0, 1]
-    stop = [e for e in ev if e["event"] == "stop"]
-    assert len(stop) == 1 and [e["signal"] for e in ev if e["event"] == "signal"][0] == "SIGTERM"
-    assert not [e for e in ev if e["event"] == "requeue"]  # Slurm requeued it, the job did not
-    (resume,) = [e for e in ev if e["event"] == "resume"]
-    assert resume["step"] == stop[0]["step"]
+    assert [e.restart for e in attempts(ev)] == [0, 1]
+    stop = [e for e in ev if e.kind is Kind.STOP]
+    assert len(stop) == 1 and [e.details.signal for e in ev if e.kind is Kind.SIGNAL][0] == "SIGTERM"
+    assert not [e for e in ev if e.kind is Kind.REQUEUE]  # Slurm requeued it, the job did not
+    (resume,) = [e for e in ev if e.kind is Kind.RESUME]
+    assert resume.step == stop[0].step
     assert_bit_identical(final_tensors(ref), final_tensors(rdir))
 
 
@@ -91,10 +92,10 @@ def test_preemption_saves_within_grace_requeues_and_resumes_bit_identical(slurm_
 
     ev = events(rdir)
     assert len(attempts(ev)) >= 2
-    (emergency,) = [e for e in ev if e["event"] == "save" and e["reason"] == "emergency"]
-    signal = [e for e in ev if e["event"] == "signal"][0]
-    assert signal["signal"] == "SIGUSR1"  # preempt_send_user_signal: the job's own warning signal
-    assert emergency["step"] == signal["step"]
+    (emergency,) = [e for e in ev if e.kind is Kind.SAVE and e.details.reason == "emergency"]
+    signal = [e for e in ev if e.kind is Kind.SIGNAL][0]
+    assert signal.details.signal == "SIGUSR1"  # preempt_send_user_signal: the job's own warning signal
+    assert emergency.step == signal.step
     assert_bit_identical(final_tensors(ref), final_tensors(rdir))
 
 
@@ -110,11 +111,11 @@ def test_a_killed_rank_ends_the_attempt_and_the_job_requeues_and_finishes(slurm_
 
     ev = events(rdir)
     survivor = 1 - victim
-    crashes = [e for e in ev if e["event"] == "crash"]
-    assert crashes and all(e["rank"] == survivor for e in crashes)
-    (requeue,) = [e for e in ev if e["event"] == "requeue"]
-    assert requeue["reason"].startswith("failed after saving progress; requeued") and requeue["ok"]
-    assert [e["restart"] for e in attempts(ev)] == [0, 1]
+    crashes = [e for e in ev if e.kind is Kind.CRASH]
+    assert crashes and all(e.rank == survivor for e in crashes)
+    (requeue,) = [e for e in ev if e.kind is Kind.REQUEUE]
+    assert requeue.details.reason.startswith("failed after saving progress; requeued") and requeue.details.ok
+    assert [e.restart for e in attempts(ev)] == [0, 1]
     assert_bit_identical(final_tensors(ref), final_tensors(rdir))
 
 
@@ -125,10 +126,10 @@ def test_the_same_crash_every_attempt_stops_after_the_restart_budget(slurm_clust
     assert wait_for_end(job, rdir, 240) == "FAILED", describe(job, rdir)
 
     ev = events(rdir)
-    (gave_up,) = [e for e in ev if e["event"] == "gave_up"]
-    assert "code bug: the same failure after step 11 on every attempt" in gave_up["reason"]
-    assert "InjectedFault: injected failure at step 12" in gave_up["reason"]
-    restarts = [e["restart"] for e in attempts(ev)]
+    (gave_up,) = [e for e in ev if e.kind is Kind.GAVE_UP]
+    assert "code bug: the same failure after step 11 on every attempt" in gave_up.details.reason
+    assert "InjectedFault: injected failure at step 12" in gave_up.details.reason
+    restarts = [e.restart for e in attempts(ev)]
     # Out of budget after 3 failures, or sooner once the same failure was seen on two nodes.
     assert restarts == list(range(len(restarts))) and 2 <= len(restarts) <= 4
     log = (rdir / "slurm" / f"{job}_0_log.err").read_text()
@@ -143,13 +144,13 @@ def test_an_injected_hang_is_ended_requeued_and_finishes(slurm_cluster, tmp_path
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
 
     ev = events(rdir)
-    hangs = [e for e in ev if e["event"] == "hang"]
-    assert hangs and hangs[0]["step"] == 69
-    assert {e["rank"] for e in ev if e["event"] in ("hang", "stacks_dumped")} == {0, 1}
-    (requeue,) = [e for e in ev if e["event"] == "requeue"]
-    assert "hang: no step completed" in requeue["reason"] and requeue["ok"]
-    assert [e["restart"] for e in attempts(ev)] == [0, 1]
-    assert attempts(ev)[1]["cause"] == requeue["reason"]
+    hangs = [e for e in ev if e.kind is Kind.HANG]
+    assert hangs and hangs[0].step == 69
+    assert {e.rank for e in ev if e.kind in (Kind.HANG, Kind.STACKS_DUMPED)} == {0, 1}
+    (requeue,) = [e for e in ev if e.kind is Kind.REQUEUE]
+    assert "hang: no step completed" in requeue.details.reason and requeue.details.ok
+    assert [e.restart for e in attempts(ev)] == [0, 1]
+    assert attempts(ev)[1].details.cause == requeue.details.reason
     assert_bit_identical(final_tensors(ref), final_tensors(rdir))
 
 
@@ -164,7 +165,7 @@ def test_a_two_point_sweep_submits_two_resilient_jobs(slurm_cluster, tmp_path):
     assert len(jobs) == 2 and jobs[0][1] != jobs[1][1]
     for job, path in jobs:
         assert wait_for_end(job, Path(path), 180) == "COMPLETED", describe(job, Path(path))
-        assert [e["event"] for e in events(Path(path))][-1] == "finish"
+        assert events(Path(path))[-1].kind is Kind.FINISH
     names = sorted(Path(path).name for _, path in jobs)
     assert names[0].endswith("-lr1e-4") and names[1].endswith("-lr3e-4")
 
@@ -184,7 +185,7 @@ def test_the_sbatch_template_requeued_once_finishes(slurm_cluster, tmp_path):
     assert wait_for_end(job, rdir, 180) == "COMPLETED", describe(job, rdir) + out.read_text()[-2000:]
 
     ev = events(rdir)
-    assert [e["restart"] for e in attempts(ev)] == [0, 1]
+    assert [e.restart for e in attempts(ev)] == [0, 1]
     log = out.read_text()
     assert log.count(f"job {job}, restart") == 2  # --open-mode=append kept the first run's output
     assert_bit_identical(final_tensors(ref), final_tensors(rdir))
@@ -196,8 +197,8 @@ def test_a_job_cancelled_by_its_user_saves_and_does_not_requeue(slurm_cluster, t
     wait_for_step(rdir, 30, 120)
     slurm_cluster.run("scancel", job)
     assert wait_for_end(job, rdir, 60) == "CANCELLED"
-    wait_until("the emergency save", lambda: [e for e in events(rdir) if e["event"] == "stop"], 30)
+    wait_until("the emergency save", lambda: [e for e in events(rdir) if e.kind is Kind.STOP], 30)
     ev = events(rdir)
-    assert [e["signal"] for e in ev if e["event"] == "signal"] == ["SIGTERM"]
-    assert not [e for e in ev if e["event"] == "requeue"]
+    assert [e.details.signal for e in ev if e.kind is Kind.SIGNAL] == ["SIGTERM"]
+    assert not [e for e in ev if e.kind is Kind.REQUEUE]
     assert job_state(job).get("Restarts") == "0" and len(attempts(ev)) == 1

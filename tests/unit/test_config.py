@@ -3,13 +3,23 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from resilient_slurm.config import Config, ConfigError, to_config, validate
+from resilient_slurm.config import (
+    Config,
+    ConfigError,
+    explicit_keys,
+    flatten,
+    register_schema,
+    to_config,
+    to_dict,
+    validate,
+)
 
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
+CONF = Path(__file__).resolve().parents[2] / "conf"
+register_schema()
 
 
 def composed(*overrides):
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", overrides=list(overrides))
 
 
@@ -66,3 +76,55 @@ def test_tracking_is_offline_and_eval_on_by_default_for_the_recipes():
     tiny = to_config(composed("+experiment=tiny_sft"))
     assert tiny.tracking.mode == "offline" and tiny.eval.every_steps > 0
     assert to_config(composed("+experiment=tiny_sft", "tracking.mode=disabled", "run.fork=true")).run.fork
+
+
+def test_every_problem_is_reported_at_once_one_line_each():
+    with pytest.raises(ConfigError) as err:
+        to_config(composed("+experiment=tiny_sft", "optim.lr=abc", "cluster.ranks=0", "checkpoint.keep_last=1",
+                           "model.dtype=float8"))
+    lines = str(err.value).splitlines()
+    assert sorted(line.split(":")[0] for line in lines) == ["checkpoint.keep_last", "cluster.ranks", "model.dtype",
+                                                          "optim.lr"]
+    assert all("; " in line for line in lines)  # each says what to do
+
+
+def test_a_term_warning_signal_is_refused_because_it_could_never_requeue():
+    with pytest.raises(ConfigError, match=r"^cluster.signal: TERM cannot be the time-limit warning.*use USR1 or USR2"):
+        to_config(composed("+experiment=tiny_sft", "cluster=slurm", "cluster.signal=TERM"))
+
+
+def test_a_preset_warmup_that_does_not_fit_a_short_run_is_shortened_and_said():
+    overrides = ["+experiment=tiny_sft", "train.max_steps=20"]
+    adjustments = []
+    cfg = to_config(composed(*overrides), explicit_keys(overrides), adjustments)
+    assert cfg.optim.warmup_steps == 2 and cfg.train.max_steps == 20
+    (a,) = adjustments
+    assert (a.key, a.old, a.new) == ("optim.warmup_steps", 20, 2) and "train.max_steps=20" in a.why
+    # a warmup the user chose is theirs: refused, not changed
+    chosen = overrides + ["optim.warmup_steps=20"]
+    with pytest.raises(ConfigError, match="^optim.warmup_steps: 20 must be below train.max_steps=20"):
+        to_config(composed(*chosen), explicit_keys(chosen), [])
+
+
+def test_explicit_keys_of_overrides():
+    assert explicit_keys(["+experiment=x", "optim.lr=1e-4", "++run.name=a", "~fault.ranks", "-m"]) == \
+        {"experiment", "optim.lr", "run.name"}
+
+
+def test_conf_holds_only_values_that_differ_from_the_dataclass_defaults():
+    """A default written both in config.py and in YAML is a default in two places."""
+    import yaml
+
+    defaults = flatten(to_dict(Config()))
+    for path in sorted(CONF.rglob("*.yaml")):
+        body = yaml.safe_load(path.read_text()) or {}
+        body.pop("defaults", None)
+        body.pop("hydra", None)
+        group = path.parent.name
+        if group == "experiment":
+            continue  # experiments are presets on top of other presets; checked below
+        prefix = "" if group == "conf" else f"{group}."
+        for key, value in flatten(body).items():
+            if f"{prefix}{key}" == "cluster.kind":
+                continue
+            assert defaults.get(f"{prefix}{key}", object()) != value, f"{path.name}: {prefix}{key} repeats its default"

@@ -1,10 +1,8 @@
 import pytest
 
+from resilient_slurm.ledger import parse
 from resilient_slurm.recovery import (
-    EXIT,
-    FINISH,
-    GIVE_UP,
-    REQUEUE,
+    Action,
     Failure,
     classify,
     decide,
@@ -13,9 +11,12 @@ from resilient_slurm.recovery import (
     restart_cause,
 )
 
+EXIT, FINISH, GIVE_UP, REQUEUE = Action.EXIT, Action.FINISH, Action.GIVE_UP, Action.REQUEUE
+
 
 def ev(event, restart, step=None, job="7", **extra):
-    return {"event": event, "step": step, "job_id": job, "restart": restart, **extra}
+    """A ledger line of attempt `restart` of job `job`, read back as the ledger reads it."""
+    return parse({"event": event, "step": step, "job_id": job, "restart": restart, **extra})
 
 
 def attempt(restart, saves=(), crash=False, stop=None):
@@ -43,7 +44,7 @@ def attempt(restart, saves=(), crash=False, stop=None):
         (attempt(0, saves=[10], crash=True) + attempt(1, crash=True) + attempt(2, stop="SIGUSR1")
          + attempt(3, crash=True), 2),
         # events of local runs (no job id) are not attempts of this job
-        ([{"event": "crash", "step": 3}], 0),
+        ([parse({"event": "crash", "step": 3})], 0),
         # several ranks reporting one crash is one failed attempt
         (attempt(0, saves=[10], crash=True) + attempt(1, crash=True) + [ev("crash", 1, 12)], 1),
     ],
@@ -74,18 +75,18 @@ def test_decide(code, signal, history, budget, action, reason_part):
 
 def test_restart_cause_names_how_the_previous_attempt_ended():
     h = attempt(0, saves=[10], stop="SIGUSR1") + [ev("requeue", 0, 30, reason="SIGUSR1: time-limit warning")]
-    assert restart_cause(h, ("7", 1)) == "SIGUSR1: time-limit warning"
-    assert restart_cause(attempt(0, stop="SIGTERM"), ("7", 1)) == "stopped by SIGTERM at step 30"
-    assert restart_cause(attempt(0, saves=[10]), ("7", 1)).startswith("the previous attempt ended without a trace")
-    assert restart_cause(attempt(0, crash=True), ("7", 1)) == "crashed at step 12: ValueError: boom"
-    assert restart_cause([], ("7", 0)) == "first start"
+    assert restart_cause(h, ("7", 1, 0)) == "SIGUSR1: time-limit warning"
+    assert restart_cause(attempt(0, stop="SIGTERM"), ("7", 1, 0)) == "stopped by SIGTERM at step 30"
+    assert restart_cause(attempt(0, saves=[10]), ("7", 1, 0)).startswith("the previous attempt ended without a trace")
+    assert restart_cause(attempt(0, crash=True), ("7", 1, 0)) == "crashed at step 12: ValueError: boom"
+    assert restart_cause([], ("7", 0, 0)) == "first start"
 
 
 def test_restart_cause_prefers_the_jobs_decision_over_later_failure_lines():
     h = attempt(0, saves=[10]) + [ev("hang", 0, 69, reason="no step completed for 5s"),
                                   ev("requeue", 0, 69, reason="requeued after a hang"),
                                   ev("crash", 0, 69, error="RuntimeError: Connection closed by peer")]
-    assert restart_cause(h, ("7", 1)) == "requeued after a hang"
+    assert restart_cause(h, ("7", 1, 0)) == "requeued after a hang"
 
 
 @pytest.mark.parametrize(
@@ -103,12 +104,18 @@ def test_restart_cause_prefers_the_jobs_decision_over_later_failure_lines():
         ([[Failure(40, "A", "n1")], [Failure(12, "B", "n2")]], None, None),
         # one failure is not a pattern
         ([[Failure(11, "ValueError: x", "n1")]], None, None),
+        # every start fails on one node before the first step (a dead link): the node, not the code
+        ([[Failure(None, "RuntimeError: NCCL error", "n4"), Failure(None, "RuntimeError: Connection closed by peer", "n5")],
+          [Failure(None, "RuntimeError: NCCL error", "n4"), Failure(None, "RuntimeError: gloo timeout", "n6")]],
+         "node", "n4"),
+        # the same failure at the same step, always on the one node a 1-node job gets: still a bug
+        ([[Failure(11, "ValueError: x", "n1")], [Failure(11, "ValueError: x", "n1")]], "code_bug", None),
     ],
 )
 def test_classify(streak, kind, node):
     got = classify(streak)
-    assert (got[0] if got else None) == kind
-    assert (got[2] if got else None) == node
+    assert (got.kind if got else None) == kind
+    assert (got.node if got else None) == node
 
 
 def test_decide_stops_a_code_bug_seen_on_two_nodes_before_the_budget_is_spent():
@@ -146,3 +153,14 @@ def test_decide_requeues_without_a_node_that_failed_its_health_check_and_spends_
 )
 def test_on_findings(kinds, done, action):
     assert on_findings(kinds, ["loss_nan", "loss_spike"], done, 3).action == action
+
+
+def test_peers_that_lost_a_failing_rank_do_not_make_a_node_fault_a_code_bug():
+    """Found by the simulator: the peers' "connection closed" lines on other nodes were counted as
+    nodes the failure happened on, so a node that fails at every start ended the job as a code bug."""
+    h = [ev("crash", 0, None, error="RuntimeError: NCCL error", node="nX"),
+         ev("crash", 0, None, error="RuntimeError: Connection closed by peer", node="nY"),
+         ev("crash", 1, None, error="RuntimeError: NCCL error", node="nX"),
+         ev("crash", 1, None, error="RuntimeError: Connection closed by peer", node="nZ")]
+    d = decide(1, None, "RuntimeError: NCCL error", h, max_restarts=5)
+    assert d.action == REQUEUE and d.exclude_nodes == ("nX",), d

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from resilient_slurm.analysis.goodput import account, cause_label, split_attempts
 from resilient_slurm.analysis.report import load, main, render, render_side_by_side, summarize
 from resilient_slurm.config import Config
+from resilient_slurm.ledger import Save, parse, select
 
 GOLDEN = Path(__file__).parent / "golden" / "report_summary.txt"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc).timestamp()
@@ -92,8 +93,8 @@ def test_the_figures_follow_from_the_definitions(tmp_path):
     t = acc.time
     assert t.productive_s == pytest.approx(100 * STEP_S) and t.redone_s == pytest.approx(15 * STEP_S)
     assert t.eval_s == pytest.approx(2 * EVAL_S)  # at steps 50 and 100
-    saves = [e for e in files.events if e["event"] == "save"]
-    assert t.save_s == pytest.approx(sum(e["seconds"] for e in saves))
+    saves = select(files.events, Save)
+    assert t.save_s == pytest.approx(sum(e.details.seconds for e in saves))
     first = acc.attempts[0]
     assert first.begin_s == pytest.approx(T0 - 3)  # the process start counts as allocated
     assert t.allocated_s == pytest.approx(sum(a.end_s - a.begin_s for a in acc.attempts))
@@ -114,7 +115,7 @@ def test_the_figures_follow_from_the_definitions(tmp_path):
     ],
 )
 def test_split_attempts(kinds, attempts):
-    events = [{"event": k, "time": stamp(i), "step": 0} for i, k in enumerate(kinds)]
+    events = [parse({"event": k, "time": stamp(i), "step": 0}) for i, k in enumerate(kinds)]
     assert len(split_attempts(events)) == attempts
 
 

@@ -33,7 +33,7 @@ def test_diff_name_is_per_commit_and_content():
 
 
 def test_attempt_line_from_slurm_facts():
-    env = SlurmEnv(job_id="77", restart_count=2, procid=0, ntasks=4, localid=0, local_ntasks=2, nodename="n1",
+    env = SlurmEnv(job_id="77", restart_count=2, step_id=0, procid=0, ntasks=4, localid=0, local_ntasks=2, nodename="n1",
                    nodes=("n1", "n2"), cpus_per_task=8)
     git = GitState(commit="c" * 40, branch="main", dirty=True, untracked=["u.py"], diff="patch")
     line = attempt_line("2026-01-01T00:00:00.000Z", 3, 4, env, "n1", 123, git, {"python": "3.11", "cuda": "12.4"})

@@ -2,6 +2,7 @@
 Young-Daly interval, and tiers."""
 
 import errno
+import os
 import shutil
 import threading
 import time
@@ -19,7 +20,7 @@ from resilient_slurm.config import (
     ClusterConfig,
     ColdTierConfig,
 )
-from resilient_slurm.ledger import EventLog, read_events
+from resilient_slurm.ledger import EventLog, Kind, Start, parse, read_events
 from resilient_slurm.runtime.distributed import Comm, RankInfo
 from tests.unit.checkpoint.conftest import snapshot
 from tests.unit.checkpoint.tiny import trained
@@ -39,7 +40,7 @@ def make(run_dir, cluster=None, **cfg) -> Checkpointer:
 
 
 def ledger(run_dir, kind=None):
-    return [e for e in read_events(run_dir / "events.jsonl") if kind is None or e["event"] == kind]
+    return [e for e in read_events(run_dir / "events.jsonl") if kind is None or e.kind is Kind(kind)]
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_an_async_save_returns_at_once_and_commits_in_the_background(run_dir, sl
     slow_writes.set()
     cp.close()
     (saved,) = ledger(run_dir, "save")
-    assert saved["mode"] == "async" and saved["step"] == 5 and saved["blocking_s"] <= saved["seconds"]
+    assert saved.details.mode == "async" and saved.step == 5 and saved.details.blocking_s <= saved.details.seconds
     assert verify(run_dir / "checkpoints" / "step_00000005").ok
 
 
@@ -75,7 +76,7 @@ def test_a_save_due_while_one_is_in_flight_waits_or_is_skipped(run_dir, slow_wri
     threading.Timer(0.2, slow_writes.set).start()
     cp.save(2, snapshot(2), "periodic")
     cp.close()
-    assert [e["step"] for e in ledger(run_dir, "save")] == committed
+    assert [e.step for e in ledger(run_dir, "save")] == committed
     assert len(ledger(run_dir, "save_skipped")) == (if_busy == "skip")
 
 
@@ -92,7 +93,7 @@ def test_a_failed_background_save_is_recorded_and_the_run_continues_or_stops(run
     cp.save(2, snapshot(2), "periodic")
     cp.saver.wait()
     (failed,) = ledger(run_dir, "save_failed")
-    assert failed["step"] == 2 and "No space left on device" in failed["error"]
+    assert failed.step == 2 and "No space left on device" in failed.details.error
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_00000001"]  # nothing torn is left
     monkeypatch.undo()
     if policy == "stop":
@@ -104,7 +105,7 @@ def test_a_failed_background_save_is_recorded_and_the_run_continues_or_stops(run
 
 
 def small_snapshot_costs(cp, write_bytes_per_s):
-    cp.ledger = [{"event": "save", "bytes": int(write_bytes_per_s), "seconds": 1.0}]
+    cp.ledger = [parse({"event": "save", "bytes": int(write_bytes_per_s), "seconds": 1.0})]
 
 
 @pytest.mark.parametrize(
@@ -118,14 +119,14 @@ def test_emergency_save_takes_the_most_that_fits_before_the_kill(run_dir, second
     result = cp.emergency_save(9, snapshot(9), "SIGUSR1", time.time() - seconds_since_signal)
     cp.close()
     (chosen,) = ledger(run_dir, "emergency_plan")
-    assert chosen["plan"] == plan and chosen["signal"] == "SIGUSR1"
-    assert chosen["budget_s"] == pytest.approx(120.0 - seconds_since_signal, abs=1.0)
+    assert chosen.details.plan == plan and chosen.details.signal == "SIGUSR1"
+    assert chosen.details.budget_s == pytest.approx(120.0 - seconds_since_signal, abs=1.0)
     if plan == "none":
         assert result is None and not ledger(run_dir, "save")
         return
     (saved,) = ledger(run_dir, "save")
-    assert saved["reason"] == "emergency" and saved["plan"] == plan and saved["mode"] == "sync"
-    assert saved["has_optimizer"] is (plan == "full")
+    assert saved.details.reason == "emergency" and saved.details.plan == plan and saved.details.mode == "sync"
+    assert saved.details.has_optimizer is (plan == "full")
     files = verify(result.path).manifest.files
     assert any(layout.is_optimizer_file(f) for f in files) is (plan == "full")
 
@@ -135,7 +136,7 @@ def test_a_stop_with_no_deadline_saves_everything(run_dir):
     cp.emergency_save(3, snapshot(3), None, None)
     cp.close()
     (chosen,) = ledger(run_dir, "emergency_plan")
-    assert chosen["plan"] == "full" and chosen["budget_s"] is None
+    assert chosen.details.plan == "full" and chosen.details.budget_s is None
 
 
 
@@ -146,7 +147,7 @@ def job_snapshot(model, opt, sched, step):
 
 def test_young_daly_sets_the_interval_from_measured_cost_and_records_changes(run_dir):
     cp = make(run_dir, young_daly=True, mtbf_prior_h=1.0, min_interval_s=1.0, max_interval_s=10_000.0)
-    cp.events.emit("start", 0)
+    cp.events.emit(Start(world_size=1, pid=os.getpid(), host="here"), 0)
     model, opt, sched = trained(0)
     cp.resume(model, opt, sched)
     assert not ledger(run_dir, "checkpoint_interval")  # nothing measured yet: min_interval_s until the first save
@@ -156,9 +157,9 @@ def test_young_daly_sets_the_interval_from_measured_cost_and_records_changes(run
     cp.close()
     (iv,) = ledger(run_dir, "checkpoint_interval")
     saved = ledger(run_dir, "save")[0]
-    expected = max((2 * saved["blocking_s"] * 3600.0) ** 0.5, saved["seconds"], 1.0)
-    assert iv["interval_s"] == pytest.approx(expected, rel=0.01, abs=0.05)  # the event rounds to 0.1 s
-    assert iv["failures"] == 0 and iv["mtbf_h"] == pytest.approx(1.0, abs=0.01)
+    expected = max((2 * saved.details.blocking_s * 3600.0) ** 0.5, saved.details.seconds, 1.0)
+    assert iv.details.interval_s == pytest.approx(expected, rel=0.01, abs=0.05)  # the event rounds to 0.1 s
+    assert iv.details.failures == 0 and iv.details.mtbf_h == pytest.approx(1.0, abs=0.01)
     assert cp.interval.seconds == pytest.approx(expected, rel=0.01)
 
 
@@ -169,7 +170,7 @@ def test_resume_falls_back_to_the_cold_tier_and_catches_up_copies(run_dir, tmp_p
     cp.resume(*trained(5))
     cp.save(4, job_snapshot(model, opt, sched, 4), "final")
     cp.close()
-    assert [e["step"] for e in ledger(run_dir, "cold_copy")] == [4]
+    assert [e.step for e in ledger(run_dir, "cold_copy")] == [4]
     assert (tmp_path / "cold" / "exp" / "run" / "step_00000004" / "manifest.json").is_file()
 
     shutil.rmtree(tmp_path / "hot")  # a replacement node
@@ -189,13 +190,14 @@ def test_a_cold_copy_an_emergency_left_to_the_next_start_is_made_there(run_dir, 
     model, opt, sched = trained(0)
     cp.resume(*trained(5))
     # Saves measured at 1 MB/s, copies to the cold tier at 1 kB/s: the copy cannot fit in 30 s.
-    cp.ledger = [{"event": "save", "bytes": 10**6, "seconds": 1.0}, {"event": "cold_copy", "bytes": 1000, "seconds": 1.0}]
+    cp.ledger = [parse({"event": "save", "bytes": 10**6, "seconds": 1.0}),
+                 parse({"event": "cold_copy", "bytes": 1000, "seconds": 1.0})]
     cp.emergency_save(6, job_snapshot(model, opt, sched, 6), "SIGTERM", time.time())
     cp.close()
-    assert ledger(run_dir, "emergency_plan")[0]["plan"] == "full"
+    assert ledger(run_dir, "emergency_plan")[0].details.plan == "full"
     assert not ledger(run_dir, "cold_copy")
 
     nxt = make(run_dir, **tiers)
     nxt.resume(*trained(1))
     nxt.close()
-    assert [e["step"] for e in ledger(run_dir, "cold_copy")] == [6]
+    assert [e.step for e in ledger(run_dir, "cold_copy")] == [6]

@@ -11,6 +11,7 @@ from resilient_slurm.checkpoint.interval import (
     mtbf_s,
     young_daly_s,
 )
+from resilient_slurm.ledger import parse
 
 H = 3600.0
 T0 = 1_800_000_000.0  # epoch seconds of the first event
@@ -20,7 +21,7 @@ def ev(event, at_s, rank=0, **kw):
     from datetime import datetime, timezone
 
     stamp = datetime.fromtimestamp(T0 + at_s, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return {"time": stamp, "event": event, "step": 0, "rank": rank, **kw}
+    return parse({"time": stamp, "event": event, "step": 0, "rank": rank, **kw})
 
 
 @pytest.mark.parametrize(
@@ -74,11 +75,11 @@ def test_only_real_changes_are_worth_an_entry(old, new, result):
 
 
 def test_save_costs_are_medians_of_the_recent_saves_and_copies():
-    events = [{"event": "save", "bytes": 100, "seconds": s, "blocking_s": s / 10} for s in (1, 2, 3, 100, 100, 100, 5)]
-    events += [{"event": "save_failed"}, {"event": "cold_copy", "bytes": 100, "seconds": 4}]
+    events = [parse({"event": "save", "bytes": 100, "seconds": s, "blocking_s": s / 10}) for s in (1, 2, 3, 100, 100, 100, 5)]
+    events += [parse({"event": "save_failed"}), parse({"event": "cold_copy", "bytes": 100, "seconds": 4})]
     costs = save_costs(events)
     assert costs.total_s == 100 and costs.blocking_s == 10  # the last five: 3, 100, 100, 100, 5
     assert costs.write_bytes_per_s == 1.0 and costs.cold_bytes_per_s == 25.0
     assert save_costs([]).write_bytes_per_s is None
     # saves recorded before blocking_s existed count as fully blocking
-    assert save_costs([{"event": "save", "bytes": 10, "seconds": 2}]).blocking_s == 2
+    assert save_costs([parse({"event": "save", "bytes": 10, "seconds": 2})]).blocking_s == 2

@@ -8,9 +8,10 @@ from resilient_slurm.config import CheckpointConfig
     "cfg, saves_at",
     [
         (CheckpointConfig(every_steps=100), [100, 200, 300, 400, 500, 600, 700, 800, 900, 1000]),
-        (CheckpointConfig(exponential_first_step=100), [100, 200, 400, 800]),
-        (CheckpointConfig(exponential_first_step=3), [3, 6, 12, 24, 48, 96, 192, 384, 768]),
-        (CheckpointConfig(), []),
+        (CheckpointConfig(every_steps=0, exponential_first_step=100), [100, 200, 400, 800]),
+        (CheckpointConfig(every_steps=0, exponential_first_step=3), [3, 6, 12, 24, 48, 96, 192, 384, 768]),
+        (CheckpointConfig(every_steps=0), []),
+        (CheckpointConfig(), [1000]),  # the default: milestones every 1000 steps
         # hybrid: both step policies at once
         (CheckpointConfig(every_steps=300, exponential_first_step=100), [100, 200, 300, 400, 600, 800, 900]),
     ],

@@ -39,6 +39,8 @@ CASES = {
     "no marker": (lambda c: (c / "manifest.json").unlink(), "no manifest.json commit marker"),
     "truncated": (lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:-100]),
                   "truncated file model.safetensors"),
+    "grown": (lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes() + b"\0" * 17),
+              "file model.safetensors is 17 bytes longer than the manifest says"),
     "bit flip": (lambda c: _flip_byte(c / "optimizer.safetensors"), "checksum mismatch in optimizer.safetensors"),
     "json bit flip": (lambda c: _flip_byte(c / "train_state.json", 3), "checksum mismatch in train_state.json"),
     "bad header": (lambda c: (c / "model.safetensors").write_bytes(

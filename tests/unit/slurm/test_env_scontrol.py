@@ -29,18 +29,27 @@ def test_slurm_env_from_a_task_environment():
     env = SlurmEnv.from_env({
         "SLURM_JOB_ID": "42", "SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1",
         "SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n2", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
-        "SLURM_RESTART_COUNT": "2", "SLURM_CPUS_PER_TASK": "8",
+        "SLURM_RESTART_COUNT": "2", "SLURM_CPUS_PER_TASK": "8", "SLURM_STEP_ID": "3",
     })
     assert (env.job_id, env.procid, env.ntasks, env.localid, env.local_ntasks) == ("42", 3, 4, 1, 2)
     assert env.nodes == ("n1", "n2") and env.restart_count == 2 and env.cpus_per_task == 8
-    assert env.context() == {"job_id": "42", "restart": 2, "node": "n2"}
+    assert env.context() == {"job_id": "42", "restart": 2, "job_step": 3, "node": "n2"}
+    assert env.attempt == ("42", 2, 3)
     assert SlurmEnv.from_env({"SLURM_JOB_ID": "42"}) is None  # the batch shell, not a task
     assert SlurmEnv.from_env({}) is None
 
 
-def test_master_port_is_per_job_and_in_range():
-    assert master_port("42") == master_port("42") != master_port("43")
-    assert all(29500 <= master_port(str(j)) < 39500 for j in (1, 9999, 10000, 123456))
+def test_master_port_is_per_job_step_and_in_range():
+    assert master_port("42", 0) == master_port("42", 0) != master_port("43", 0)
+    # a second start inside the same allocation (a new job step) must not meet the first one's store
+    assert master_port("42", 1) != master_port("42", 0)
+    assert all(29500 <= master_port(str(j), s) < 39500 for j in (1, 9999, 10000, 123456) for s in (0, 1, 7))
+
+
+@pytest.mark.parametrize("value, step", [("0", 0), ("5", 5), ("batch", 0), ("extern", 0)])
+def test_the_job_step_of_a_task(value, step):
+    env = SlurmEnv.from_env({"SLURM_JOB_ID": "42", "SLURM_PROCID": "0", "SLURM_STEP_ID": value})
+    assert env is not None and env.step_id == step
 
 
 def test_executor_parameters():

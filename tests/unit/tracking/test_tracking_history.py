@@ -2,6 +2,7 @@
 
 import pytest
 
+from resilient_slurm.ledger import parse
 from resilient_slurm.tracking.base import Table
 from resilient_slurm.tracking.history import (
     LEDGER_TABLE,
@@ -58,7 +59,7 @@ def test_resume_point(sends, on_disk, expected):
 
 
 def event(kind, step):
-    return {"time": "2026-01-01T00:00:00.000Z", "event": kind, "step": step, "rank": 0, "path": "/x"}
+    return parse({"time": "2026-01-01T00:00:00.000Z", "event": kind, "step": step, "rank": 0, "path": "/x"})
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,7 @@ def test_events_are_attached_to_the_rows_being_sent(steps, events, counts):
            for s, values in rows}
     assert {s: c for s, c in got.items() if c} == counts
     table = rows[-1][1][LEDGER_TABLE]
-    assert isinstance(table, Table) and [r[1] for r in table.rows] == [e["event"] for e in events]
+    assert isinstance(table, Table) and [r[1] for r in table.rows] == [e.kind.value for e in events]
     assert table.rows[0][4] == '{"path": "/x"}'
 
 

@@ -1,6 +1,7 @@
 """The wandb adapter against real wandb, offline and hermetic: two processes' worth of segments
 make one run whose steps are each logged once, with the ledger mirrored once."""
 
+import os
 from collections import Counter
 
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from resilient_slurm.analysis.metrics import MetricsFile
 from resilient_slurm.config import Config
 from resilient_slurm.launch import rundir
-from resilient_slurm.ledger import EventLog, read_events
+from resilient_slurm.ledger import EventLog, Finish, Resume, Save, Start, Stop, read_events
 from resilient_slurm.tracking import open_tracker
 from resilient_slurm.tracking.wandb_files import history, segments
 from resilient_slurm.tracking.wandb_tracker import WandbTracker
@@ -32,18 +33,20 @@ def segment(cfg, run_dir, steps, commit, code, resumed_from=None):
     metrics = MetricsFile(run_dir / "metrics.jsonl")
     tracker = open_tracker(cfg, run_dir, 0)
     assert isinstance(tracker, WandbTracker)
-    ledger.emit("start", 0)
+    ledger.emit(Start(world_size=1, pid=os.getpid(), host="here"), 0)
     if resumed_from is not None:
         metrics.truncate_after(resumed_from)
-        ledger.emit("resume", resumed_from)
+        ledger.emit(Resume(checkpoint=f"step_{resumed_from}", has_optimizer=True, source="hot", saved_world_size=1),
+                    resumed_from)
     for step in steps:
         row = {"step": step, "loss": 1.0 / step + (resumed_from or 0)}
         metrics.append(row)
         tracker.log(step, row)
         if step == commit:
-            ledger.emit("save", step)
+            ledger.emit(Save(reason="periodic", mode="sync", path=f"step_{step}", bytes=1, seconds=0.1, blocking_s=0.1,
+                             has_optimizer=True), step)
             tracker.commit(step)
-    ledger.emit("stop" if code else "finish", steps[-1])
+    ledger.emit(Stop(reason="SIGUSR1", checkpoint=None) if code else Finish(tokens_seen=len(steps)), steps[-1])
     tracker.close(code)
 
 
@@ -66,5 +69,5 @@ def test_two_segments_make_one_run_with_each_step_once(tmp_path, offline):
     mirrored = Counter()
     for r in rows:
         mirrored.update({k[7:]: v for k, v in r.values.items() if k.startswith("events/") and k.count("/") == 1})
-    assert mirrored == Counter(e["event"] for e in read_events(run_dir / "events.jsonl"))
+    assert mirrored == Counter(e.kind.value for e in read_events(run_dir / "events.jsonl"))
     assert rows[4].values["events/stop"] == 1  # seen at close, merged into the last row sent
