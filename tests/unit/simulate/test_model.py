@@ -45,11 +45,22 @@ def test_the_cold_tier_falls_behind_by_skipping_and_loses_the_copy_in_flight():
     for t in (0.0, 30.0, 60.0, 90.0):  # commits faster than copies: 30 and 60 are skipped
         tiers.commit(t, work=t, step=int(t))
     assert tiers.newest(150.0, cold=True).step == 0 and tiers.newest(150.0, cold=False).step == 90
-    assert [c.cold_at for c in tiers.checkpoints] == [100.0, math.inf, math.inf, 200.0]
+    assert [(c.step, c.cold_at) for c in tiers.cold] == [(0, 100.0), (90, 200.0)]
+    assert len(tiers.hot) == 3  # the hot tier keeps its newest 3
     tiers.abandon(150.0)  # the process died while 90 was being copied
     assert tiers.newest(250.0, cold=True).step == 0
     tiers.resume(300.0)  # the next attempt copies its newest
     assert tiers.newest(400.0, cold=True).step == 90
+
+
+def test_the_cold_tier_keeps_its_own_copies_however_often_the_hot_tier_turns_over():
+    tiers = Tiers(copy_s=100.0)
+    for i in range(1000):
+        tiers.commit(i * 10.0, work=i, step=i)
+    # a copy every 100 s: the newest done is at most two copies old, and ten copies span ~1000 s
+    assert tiers.newest(10_000.0, cold=True).step >= 999 - 20
+    assert len(tiers.cold) == 10 and tiers.cold[-1].step - tiers.cold[0].step >= 90
+    assert [c.step for c in tiers.hot] == [997, 998, 999]
 
 
 def test_restart_costs():
