@@ -72,9 +72,9 @@ def published(seeds: int) -> None:
                        ("async", "requeue, async saves"),
                        ("spares", "inside the allocation (spares, 30 s relaunch, buddy copies)")):
         m, _ = simulate(s, STRATEGIES[name], seeds)
-        failures = sum(m.mean_counts("failures").values())
+        interruptions = sum(m.mean_counts("interruptions").values())
         print(f"| {what} | {m.goodput:.1%} ({m.goodput_pct[10]:.1%}-{m.goodput_pct[90]:.1%}) | > 90% | "
-              f"{failures:.0f} | {m.mean_counts('restarts').get('gave up', 0.0):.1f} |", flush=True)
+              f"{interruptions:.0f} | {m.mean_counts('restarts').get('gave up', 0.0):.1f} |", flush=True)
     print()
     print("Requeue with the whole recovery (detection to first step, load excluded) taking R, no queue:")
     print()

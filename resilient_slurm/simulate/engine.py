@@ -74,7 +74,8 @@ class Run:
         self.work = 0.0
         self.lost = dict.fromkeys(costs.CAUSES, 0.0)
         self.restarts: Counter[str] = Counter()
-        self.failures: Counter[str] = Counter()
+        self.interruptions: Counter[str] = Counter()
+        """By fault row, plus recurrences of latent bad nodes, code bugs striking again, planned stops."""
         self.excluded: Counter[str] = Counter()
         self.saves = 0
         self.intervals: list[float] = []
@@ -243,7 +244,7 @@ class Run:
     # --- failures
     def _on_failure(self) -> None:
         strike = self.process.strike(self.alloc.in_use, self.in_use, self.rng)
-        self.failures["recurrence" if strike.recurrence else strike.fault.name] += 1
+        self.interruptions["recurrence" if strike.recurrence else strike.fault.name] += 1
         if strike.fault.code_bug and self.bug is None:
             self.bug = (self.work, strike.fault)
         self._fail(strike.fault, strike.node, strike.at_start)
@@ -251,7 +252,7 @@ class Run:
     def _on_bug(self) -> None:
         assert self.bug is not None
         self.work = max(self.work, self.bug[0])
-        self.failures["code bug again"] += 1
+        self.interruptions["code bug again"] += 1
         self._fail(self.bug[1], self.rng.choice(self.alloc.in_use))
 
     def _fail(self, fault: Fault, node: str, at_start: bool = False) -> None:
@@ -375,7 +376,7 @@ class Run:
     def _on_planned(self) -> None:
         """Maintenance: the warning signal, an emergency save that fits, then a requeue."""
         self.planned_at = self._draw_planned()
-        self.failures["planned stop"] += 1
+        self.interruptions["planned stop"] += 1
         inflight = max(self.pending[0] - self.t, 0.0) if self.pending else 0.0
         write = self.s.ckpt_bytes / self.s.save_s
         plan = choose_plan(self.s.signal_lead_s - self.s.emergency_reserve_s, int(self.s.ckpt_bytes),

@@ -56,7 +56,7 @@ def detail(summary: Summary) -> str:
     lines += [
         "",
         "restarts per run (mean): " + _counts(summary.mean_counts("restarts")),
-        "failures per run (mean): " + _counts(summary.mean_counts("failures")),
+        "interruptions per run (mean): " + _counts(summary.mean_counts("interruptions")),
         "nodes excluded per run (mean): " + (_counts(summary.mean_counts("excluded")) or "none"),
         f"saves per run (mean): {sum(o.saves for o in summary.outcomes) / len(summary.outcomes):,.0f}"
         + (f"; mean Young-Daly interval {interval:.0f} s" if interval else ""),

@@ -28,7 +28,7 @@ class Outcome:
     productive_gpu_h: float
     lost_gpu_h: dict[str, float]
     restarts: dict[str, int]
-    failures: dict[str, int]
+    interruptions: dict[str, int]
     excluded: dict[str, int]
     saves: int
     mean_interval_s: float | None
@@ -50,7 +50,7 @@ def outcome(run: Run, seed: int) -> Outcome:
         productive_gpu_h=run.work * to_gpu_h,
         lost_gpu_h=lost,
         restarts=dict(run.restarts),
-        failures=dict(run.failures),
+        interruptions=dict(run.interruptions),
         excluded=dict(run.excluded),
         saves=run.saves,
         mean_interval_s=statistics.fmean(run.intervals) if run.intervals else None,
@@ -110,7 +110,7 @@ class Summary:
                         "lost": round(lost * s.price), "lost_low": round(lost * s.price_low),
                         "lost_high": round(lost * s.price_high)},
             "restarts": {k: round(v, 2) for k, v in self.mean_counts("restarts").items()},
-            "failures": {k: round(v, 2) for k, v in self.mean_counts("failures").items()},
+            "interruptions": {k: round(v, 2) for k, v in self.mean_counts("interruptions").items()},
             "excluded_nodes": {k: round(v, 2) for k, v in self.mean_counts("excluded").items()},
             "saves": round(statistics.fmean(o.saves for o in self.outcomes), 1),
             "mean_interval_s": None if self.mean_interval_s() is None else round(self.mean_interval_s() or 0.0, 1),

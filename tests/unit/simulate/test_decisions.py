@@ -119,6 +119,17 @@ def test_every_gpu_hour_is_accounted_for():
 
 def test_a_seed_gives_the_same_run_every_time():
     a, b, c = (outcome(Run(SMALL, STRATEGIES["spares"], seed).run(), seed) for seed in (5, 5, 6))
-    assert a.lost_gpu_h == b.lost_gpu_h and a.failures == b.failures
+    assert a.lost_gpu_h == b.lost_gpu_h and a.interruptions == b.interruptions
     assert a.lost_gpu_h != c.lost_gpu_h
 
+
+
+def test_a_shrunk_run_grows_back_when_a_node_returns_and_it_pays():
+    """Ten nodes, no spare, GPU faults cured by a reset: the run shrinks, the node comes back as
+    a spare, and at the next checkpoint boundary losing 1 node in 10 is worth a restart."""
+    reset = Fault("reset", "gpu", 1.0, "RuntimeError: CUDA error", xid=94, xid_rst=True)
+    s = replace(SMALL, gpus=80, gpu_mtbf_h=80 * 6.0, days=10, spares=0, min_nodes=5, faults=(reset,), reset_s=300)
+    run = Run(s, STRATEGIES["elastic"], seed=0, ledger=Ledger(keep_full=True)).run()
+    assert run.restarts["shrink"] > 0 and run.restarts["grow back"] > 0
+    grown = [e for e in events(run, "stop") if e["reason"].startswith("grow back to 10 of 10 nodes")]
+    assert len(grown) == run.restarts["grow back"]

@@ -10,7 +10,7 @@ from resilient_slurm.simulate.scenario import LLAMA3, STRATEGIES
 
 def test_llama3_interruptions_and_effective_training_time():
     summary, _ = simulate(LLAMA3, STRATEGIES["spares"], seeds=3)
-    counts = summary.mean_counts("failures")
+    counts = summary.mean_counts("interruptions")
     unexpected = sum(v for k, v in counts.items() if k != "planned stop")
     # More training time than Meta's run had means a few more failures; recurrences add some.
     assert unexpected == pytest.approx(419, rel=0.12)
