@@ -2,7 +2,10 @@
 safetensors save_file and torch.distributed.checkpoint (sync and async), next to the disk's own
 write speed.
 
-    python bench/checkpoint.py [--dir DIR] [--layers 8] [--reps 5]
+    python bench/checkpoint.py [--dir DIR] [--layers 8] [--reps 5] [--json FILE]
+
+`--json FILE` also writes the project's measured costs (medians: sync save, async blocking and
+training time lost, restore, bytes) for `python -m resilient_slurm.simulate --from-bench FILE`.
 
 The payload is a Llama-shaped fp32 model plus its real AdamW state after one step (2.0 GB with 8
 layers). Methodology:
@@ -23,6 +26,7 @@ layers). Methodology:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -234,6 +238,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--layers", type=int, default=8, help="model depth (8 layers: 2.0 GB with AdamW state)")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--json", type=Path, default=None, help="also write the project's measured costs here")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=args.dir))
     torch.set_num_threads(os.cpu_count() or 1)
@@ -302,6 +307,27 @@ def main() -> None:
     m.close()
     shutil.rmtree(base, ignore_errors=True)
     report(t, gb, "cold" if cold else "warm")
+    if args.json:
+        write_costs(args.json, t, size, "cold" if cold else "warm")
+
+
+def write_costs(path: Path, t: dict[str, list[float]], size: int, kind: str) -> None:
+    """The project's costs, in the keys `resilient_slurm.simulate --from-bench` reads."""
+    med = {k: statistics.median(v) for k, v in t.items()}
+    costs = {
+        "source": "bench/checkpoint.py",
+        "bytes": size,
+        "save_s": round(med["save project"], 4),
+        "durable_s": round(med["durable project"], 4),
+        "blocking_s": round(med["blocking project"], 4),
+        "lost_s": round(med["lost project"], 4),
+        "load_s": round(med["load project"], 4),
+        "load_cache": kind,
+        "reps": len(t["save project"]),
+        "note": "one process on this machine's disk: holds for a rank whose shard is this size on this storage",
+    }
+    path.write_text(json.dumps(costs, indent=1) + "\n")
+    print(f"costs for the simulator: {path}")
 
 
 def report(t: dict[str, list[float]], gb: float, kind: str) -> None:

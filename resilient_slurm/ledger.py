@@ -54,6 +54,7 @@ class Kind(str, Enum):
     STACKS_DUMPED = "stacks_dumped"
     FINISH = "finish"
     REQUEUE = "requeue"
+    RESTART_IN_ALLOCATION = "restart_in_allocation"
     NODE_UNHEALTHY = "node_unhealthy"
     RANK_EXIT = "rank_exit"
     RANKS_KILLED = "ranks_killed"
@@ -355,6 +356,23 @@ class Requeue(Details):
     """ExcNodeList set on the requeued job."""
     exclude_ok: bool | None = None
     exclude_error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestartInAllocation(Details):
+    """The job restarted training inside its allocation (a new job step), without the queue."""
+
+    KIND = Kind.RESTART_IN_ALLOCATION
+    cause: str
+    """Why: the recovery decision's reason."""
+    placement: str
+    """Where it restarts: on a spare, on fewer nodes, in place."""
+    replaced: list[str]
+    """Nodes taken out of the run."""
+    added: list[str]
+    """Spare nodes brought in."""
+    latency_s: float | None = None
+    """Seconds from the failure to the new start's first step."""
 
 
 @dataclass(frozen=True, kw_only=True)

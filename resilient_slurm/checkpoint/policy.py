@@ -33,7 +33,14 @@ def time_due(now_s: float, clock: SaveClock, interval_s: float) -> bool:
     """The time-based policy: due when `interval_s` have passed since the last save (0 = off).
 
     The interval is `every_minutes`, or the Young-Daly one (`interval.py`)."""
-    return interval_s > 0 and now_s - clock.last_save_time_s >= interval_s
+    due = next_due_s(clock, interval_s)
+    return due is not None and now_s >= due
+
+
+def next_due_s(clock: SaveClock, interval_s: float) -> float | None:
+    """The moment the time-based policy fires next (None: off). A simulation schedules its saves
+    here, so it follows the same rule as `time_due`."""
+    return clock.last_save_time_s + interval_s if interval_s > 0 else None
 
 
 def _is_power_of_two(n: int) -> bool:

@@ -104,16 +104,28 @@ def add(
 ) -> ExcludeEntry:
     """Put `node` on the list until `now + ttl_s`, replacing its earlier entry; drops expired
     entries on the way. Safe against concurrent writers on any host sharing the file."""
+    entry = new_entry(node, reason=reason, now=now, xid=xid, job_id=job_id, ttl_s=ttl_s)
+    with locked(path + ".lock"):
+        _write(path, with_entry(load(path), entry, now))
+    return entry
+
+
+def new_entry(node: str, *, reason: str, now: float, xid: int | None = None, job_id: str | None = None,
+              ttl_s: float = DEFAULT_TTL_S) -> ExcludeEntry:
+    """The entry that keeps `node` out until `now + ttl_s`; raises ExcludeListError on a bad name or ttl."""
     if not _NODE.fullmatch(node):
         raise ExcludeListError(f"{node!r} is not a Slurm node name (letters, digits, '.', '_', '-')")
     if ttl_s <= 0:
         raise ExcludeListError(f"exclude ttl must be positive, got {ttl_s:g} s")
-    entry = ExcludeEntry(node, " ".join(reason.split()), xid, job_id, now, now + ttl_s)
-    with locked(path + ".lock"):
-        entries = {n: e for n, e in load(path).items() if e.active(now)}
-        entries[node] = entry
-        _write(path, entries)
-    return entry
+    return ExcludeEntry(node, " ".join(reason.split()), xid, job_id, now, now + ttl_s)
+
+
+def with_entry(entries: Mapping[str, ExcludeEntry], entry: ExcludeEntry, now: float) -> dict[str, ExcludeEntry]:
+    """The list after adding `entry`: it replaces the node's earlier entry, and expired entries
+    are dropped. Pure: `add` writes its result, the simulator keeps it in memory."""
+    kept = {n: e for n, e in entries.items() if e.active(now)}
+    kept[entry.node] = entry
+    return kept
 
 
 def clear(path: str, nodes: Iterable[str] | None, now: float) -> list[str]:

@@ -8,4 +8,5 @@ Modules, in the order a job uses them:
     scontrol      requeue, ExcNodeList, drain, node addresses: the only caller of scontrol
     health_watch  the job's own node-health checks (preflight and periodic), off the loop
     task          one task's life: rank setup → runtime.job → the recovery decision → requeue
+    placement     after a node fails: a spare, a shrink or a requeue; growing back          [pure]
 """

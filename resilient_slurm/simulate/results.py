@@ -1,0 +1,140 @@
+"""A run's outcome in GPU-hours and dollars, and figures over seeds (mean and percentiles). Pure.
+
+Goodput (ETTR) = GPU-hours of training that survived / GPU-hours paid for. The GPUs are paid for
+the whole window (the seed's "10,000 H100s for 30 days"), spare nodes included; the lost GPU-hours
+by cause add up to the difference, exactly.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from resilient_slurm.simulate.costs import CAUSES
+from resilient_slurm.simulate.engine import Run, Trace
+from resilient_slurm.simulate.scenario import Scenario, Strategy
+
+PERCENTILES = (10, 50, 90)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One seed."""
+
+    seed: int
+    paid_gpu_h: float
+    productive_gpu_h: float
+    lost_gpu_h: dict[str, float]
+    restarts: dict[str, int]
+    interruptions: dict[str, int]
+    excluded: dict[str, int]
+    saves: int
+    mean_interval_s: float | None
+
+    @property
+    def goodput(self) -> float:
+        return self.productive_gpu_h / self.paid_gpu_h
+
+
+def outcome(run: Run, seed: int) -> Outcome:
+    s = run.s
+    to_gpu_h = s.gpus / 3600.0
+    lost = {cause: run.lost[cause] * to_gpu_h for cause in CAUSES}
+    spares = s.spares if run.st.in_allocation else 0
+    lost["spares"] = spares * s.gpus_per_node * s.horizon_s / 3600.0
+    return Outcome(
+        seed=seed,
+        paid_gpu_h=(s.gpus + spares * s.gpus_per_node) * s.horizon_s / 3600.0,
+        productive_gpu_h=run.work * to_gpu_h,
+        lost_gpu_h=lost,
+        restarts=dict(run.restarts),
+        interruptions=dict(run.interruptions),
+        excluded=dict(run.excluded),
+        saves=run.saves,
+        mean_interval_s=statistics.fmean(run.intervals) if run.intervals else None,
+    )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One strategy over every seed."""
+
+    strategy: str
+    label: str
+    outcomes: list[Outcome]
+    scenario: Scenario
+    goodput_pct: dict[int, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "goodput_pct", percentiles([o.goodput for o in self.outcomes]))
+
+    @property
+    def goodput(self) -> float:
+        return statistics.fmean(o.goodput for o in self.outcomes)
+
+    @property
+    def paid_gpu_h(self) -> float:
+        return self.outcomes[0].paid_gpu_h
+
+    def lost_gpu_h(self) -> dict[str, float]:
+        return {c: statistics.fmean(o.lost_gpu_h[c] for o in self.outcomes) for c in CAUSES}
+
+    def total_lost_gpu_h(self) -> float:
+        return statistics.fmean(o.paid_gpu_h - o.productive_gpu_h for o in self.outcomes)
+
+    def mean_counts(self, attribute: str) -> dict[str, float]:
+        total: Counter[str] = Counter()
+        for o in self.outcomes:
+            total.update(getattr(o, attribute))
+        return {k: v / len(self.outcomes) for k, v in sorted(total.items(), key=lambda kv: -kv[1])}
+
+    def mean_interval_s(self) -> float | None:
+        values = [o.mean_interval_s for o in self.outcomes if o.mean_interval_s]
+        return statistics.fmean(values) if values else None
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.scenario
+        lost = self.total_lost_gpu_h()
+        return {
+            "strategy": self.strategy,
+            "label": self.label,
+            "seeds": len(self.outcomes),
+            "goodput": round(self.goodput, 5),
+            **{f"goodput_p{p}": round(v, 5) for p, v in self.goodput_pct.items()},
+            "paid_gpu_h": round(self.paid_gpu_h, 1),
+            "lost_gpu_h": round(lost, 1),
+            "lost_gpu_h_by_cause": {c: round(v, 1) for c, v in self.lost_gpu_h().items()},
+            "dollars": {"price_per_gpu_h": s.price, "paid": round(self.paid_gpu_h * s.price),
+                        "lost": round(lost * s.price), "lost_low": round(lost * s.price_low),
+                        "lost_high": round(lost * s.price_high)},
+            "restarts": {k: round(v, 2) for k, v in self.mean_counts("restarts").items()},
+            "interruptions": {k: round(v, 2) for k, v in self.mean_counts("interruptions").items()},
+            "excluded_nodes": {k: round(v, 2) for k, v in self.mean_counts("excluded").items()},
+            "saves": round(statistics.fmean(o.saves for o in self.outcomes), 1),
+            "mean_interval_s": None if self.mean_interval_s() is None else round(self.mean_interval_s() or 0.0, 1),
+        }
+
+
+def simulate(s: Scenario, strategy: Strategy, seeds: int, first_seed: int = 0,
+             trace: bool = False) -> tuple[Summary, Trace | None]:
+    """`seeds` runs (seeds first_seed, first_seed + 1, ...); with `trace`, the first one's timeline."""
+    outcomes, first = [], None
+    for seed in range(first_seed, first_seed + seeds):
+        run = Run(s, strategy, seed, trace=trace and seed == first_seed).run()
+        first = run.trace if seed == first_seed else first
+        outcomes.append(outcome(run, seed))
+    return Summary(strategy.name, strategy.label, outcomes, s), first
+
+
+def percentiles(values: list[float]) -> dict[int, float]:
+    """Linear interpolation between order statistics (numpy's default), for PERCENTILES."""
+    ordered = sorted(values)
+    out = {}
+    for p in PERCENTILES:
+        pos = (len(ordered) - 1) * p / 100.0
+        low = int(pos)
+        high = min(low + 1, len(ordered) - 1)
+        out[p] = ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+    return out

@@ -1,0 +1,174 @@
+"""The simulated run's inputs and the strategies compared. Pure.
+
+Defaults are the seed's scenario: 10,000 GPUs for 30 days at a per-GPU MTBF of 10,000 h. Inputs
+the project already configures (restart budget, Young-Daly prior and bounds, collective timeout,
+exclude-list TTL, warning lead) take their defaults from `resilient_slurm.config`, so the
+simulation runs the project's settings unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from resilient_slurm.config import CheckpointConfig, ClusterConfig, HealthConfig
+from resilient_slurm.simulate.failures import FAULTS, Fault
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    label: str
+    saves: str
+    """none | fixed (every `interval_min`) | young_daly (`checkpoint.interval`, learned as the run goes)"""
+    async_saves: bool
+    """Training blocks for `blocking_s` per save instead of the whole `save_s`."""
+    in_allocation: bool
+    """Spare nodes; restarts inside the allocation (`slurm.placement`), from buddy copies."""
+    elastic: bool
+    """Without spares, continue on fewer nodes down to `min_nodes`."""
+
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("none", "no checkpoints; requeue on every failure", "none", False, False, False),
+    Strategy("fixed", "fixed interval, sync saves; requeue (the seed's recipe)", "fixed", False, False, False),
+    Strategy("young_daly", "Young-Daly interval, sync saves; requeue", "young_daly", False, False, False),
+    Strategy("async", "+ async saves", "young_daly", True, False, False),
+    Strategy("spares", "+ spare nodes: restart inside the allocation", "young_daly", True, True, False),
+    Strategy("elastic", "+ elastic: shrink when no spare is left", "young_daly", True, True, True),
+)}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    gpus: int = 10_000
+    gpus_per_node: int = 8
+    days: float = 30.0
+    gpu_mtbf_h: float = 10_000.0
+    """Hours between failures of one GPU, every cause counted (`failures.FAULTS` splits them)."""
+    save_s: float = 30.0
+    """A checkpoint save from start to committed; a synchronous save blocks training this long."""
+    blocking_s: float = 2.0
+    """Async saves: training time a save costs (copy to host, plus the slowdown while it writes)."""
+    load_s: float = 60.0
+    """Resume from the hot tier (node-local copies, or a buddy's)."""
+    cold_load_s: float = 300.0
+    """Resume from the cold tier, when a node's hot copy is gone and it has no buddy copy."""
+    cold_copy_s: float = 300.0
+    """A committed checkpoint reaches the cold tier this long after its commit."""
+    restart_s: float = 120.0
+    """A requeued job: process start to first step (launch, imports, NCCL init), load excluded."""
+    in_alloc_restart_s: float = 30.0
+    """A restart inside the allocation: a new job step on the survivors, load excluded."""
+    queue_min_s: float = 120.0
+    queue_max_s: float = 600.0
+    """A requeued job waits for its nodes this long (uniform): the seed's "2-10 minutes"."""
+    cred_delay_s: float = 121.0
+    """Slurm holds a requeued job this long before it may start (AuthInfo cred_expire 120 s + 1)."""
+    backfill_s: float = 30.0
+    """Then it starts at the next scheduler pass (bf_interval; uniform wait up to this)."""
+    hang_detect_s: float = ClusterConfig.collective_timeout_s
+    """A hang is found when the collective times out."""
+    reset_s: float = 600.0
+    """A node out for a GPU reset is healthy again after this long."""
+    manual_h: float = 2.0
+    """After the job gives up: hours until a person has fixed the cause and relaunched."""
+    spares: int = 16
+    """Spare nodes held in the allocation (strategies that restart inside it)."""
+    min_nodes: int | None = None
+    """Elastic floor in nodes; None: 98% of the nodes."""
+    interval_min: float = 30.0
+    """The fixed strategy's save interval (checkpoint.every_minutes)."""
+    step_s: float = 10.0
+    """One optimizer step on the whole allocation (steps name where failures happen)."""
+    planned_per_day: float = 0.0
+    """Planned stops (maintenance): a warning signal, an emergency save, a requeue."""
+    price: float = 2.5
+    price_low: float = 2.0
+    price_high: float = 3.0
+    """Dollars per GPU-hour: the figure used, and the seed's range."""
+    ckpt_bytes: float = 4e9
+    """Bytes each rank saves (only the emergency plan's arithmetic uses it)."""
+    max_restarts: int = ClusterConfig.max_restarts
+    mtbf_prior_h: float = CheckpointConfig.mtbf_prior_h
+    min_interval_s: float = CheckpointConfig.min_interval_s
+    max_interval_s: float = CheckpointConfig.max_interval_s
+    exclude_ttl_h: float = HealthConfig.exclude_ttl_h
+    signal_lead_s: float = ClusterConfig.signal_lead_s
+    emergency_reserve_s: float = CheckpointConfig.emergency_reserve_s
+    faults: tuple[Fault, ...] = FAULTS
+
+    @property
+    def nodes(self) -> int:
+        return self.gpus // self.gpus_per_node
+
+    @property
+    def floor_nodes(self) -> int:
+        return self.min_nodes if self.min_nodes is not None else max(1, math.ceil(0.98 * self.nodes))
+
+    @property
+    def horizon_s(self) -> float:
+        return self.days * 86400.0
+
+    @property
+    def job_mtbf_s(self) -> float:
+        return self.gpu_mtbf_h * 3600.0 / self.gpus
+
+    def validate(self) -> list[str]:
+        """Every problem, one line each, naming the option and the fix."""
+        p = []
+        if self.gpus < 1 or self.gpus_per_node < 1 or self.gpus % self.gpus_per_node:
+            p.append(f"--gpus {self.gpus}: must be a positive multiple of --gpus-per-node {self.gpus_per_node}")
+        for name in ("days", "gpu_mtbf_h", "save_s", "step_s", "interval_min", "manual_h"):
+            if getattr(self, name) <= 0:
+                p.append(f"--{name.replace('_', '-')}: must be > 0")
+        for name in ("blocking_s", "load_s", "cold_load_s", "cold_copy_s", "restart_s", "in_alloc_restart_s",
+                     "queue_min_s", "cred_delay_s", "backfill_s", "hang_detect_s", "reset_s", "planned_per_day"):
+            if getattr(self, name) < 0:
+                p.append(f"--{name.replace('_', '-')}: must be >= 0")
+        if self.blocking_s > self.save_s:
+            p.append(f"--blocking-s {self.blocking_s:g}: an async save cannot block longer than --save-s {self.save_s:g}")
+        if self.queue_max_s < self.queue_min_s:
+            p.append("--queue-max-s: must be >= --queue-min-s")
+        if self.spares < 0:
+            p.append("--spares: must be >= 0")
+        if self.min_nodes is not None and not 1 <= self.min_nodes <= self.nodes:
+            p.append(f"--min-nodes {self.min_nodes}: must be between 1 and the {self.nodes} nodes of the run")
+        if self.cold_load_s < self.load_s:
+            p.append("--cold-load-s: the cold tier cannot load faster than --load-s; raise it")
+        return p
+
+
+LLAMA3 = Scenario(gpus=16_384, days=54, gpu_mtbf_h=16_384 * 54 * 24 / 419, planned_per_day=47 / 54,
+                  save_s=16_384 * 4e9 / 2e12)
+"""The Llama 3 paper's 54-day snapshot (Llama Team 2024, §3.3.4): 16,384 H100s, 8 per server, 419
+unexpected interruptions (their mix is `failures.FAULTS`) and 47 planned ones; a save of at most
+4 GB per GPU to storage sustaining 2 TB/s (33 s). It reports "higher than 90%" effective training
+time. Restart time is not published: the project's own costs stand in."""
+
+
+BENCH_KEYS = {"save_s": "save_s", "lost_s": "blocking_s", "blocking_s": "blocking_s", "load_s": "load_s",
+              "cold_load_s": "cold_load_s", "restart_s": "restart_s", "in_alloc_restart_s": "in_alloc_restart_s",
+              "bytes": "ckpt_bytes"}
+"""Bench JSON key → Scenario field. `lost_s` (blocked plus slowed down) wins over `blocking_s`
+because it is what a background save costs training."""
+
+
+def from_bench(raw: Any, source: str) -> dict[str, float]:
+    """The Scenario fields a bench JSON measured (`bench/checkpoint.py --json FILE`)."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"--from-bench {source}: not a JSON object of measured costs; write it with "
+                         f"bench/checkpoint.py --json FILE")
+    out: dict[str, float] = {}
+    for key, target in BENCH_KEYS.items():
+        value = raw.get(key)
+        if value is None or (target == "blocking_s" and key == "blocking_s" and "lost_s" in raw):
+            continue
+        if not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"--from-bench {source}: {key}={value!r} is not a non-negative number")
+        out[target] = float(value)
+    if not out:
+        raise ValueError(f"--from-bench {source}: none of {', '.join(BENCH_KEYS)} found; write it with "
+                         f"bench/checkpoint.py --json FILE")
+    return out

@@ -1,0 +1,116 @@
+"""Where a job's next step runs after a node fails, without leaving its allocation. Pure.
+
+The allocation holds `target` nodes for the step plus spare nodes. When nodes leave the step:
+1. restart on the survivors plus spares (spares first, in their order): the same world size, the
+   same job, no trip through the queue;
+2. when the spares are not enough, shrink to the survivors plus every spare, as long as that is at
+   least `min_nodes` (elastic training; `min_nodes == target` turns shrinking off);
+3. otherwise requeue, leaving out every node that failed in this allocation.
+A failure that took no node out (a crash the health check found no fault behind) restarts on the
+same nodes.
+
+Nodes leave the step in two ways. A node that **failed** (its verdict took it out for good, or
+the crash-loop guard pinned the failures on it) is never chosen again within this allocation:
+its fault may come back. A node that is only **out** for a repair the verdict itself prescribes
+(a GPU reset, `Action.RESET_GPU`) is not failed: when it is healthy again it returns as a spare
+(`returned`). Those returned spares are what a shrunk run grows back onto (`grow_back`), at a
+checkpoint boundary, when the capacity regained pays for the restart.
+
+Shared by the in-allocation driver and the simulator (`resilient_slurm.simulate`), so both take
+the same decision.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+
+class Move(enum.Enum):
+    RESTART = "restart_in_allocation"
+    SHRINK = "shrink"
+    REQUEUE = "requeue"
+
+
+@dataclass(frozen=True)
+class Allocation:
+    in_use: tuple[str, ...]
+    """Nodes the step runs on."""
+    spares: tuple[str, ...]
+    """Healthy idle nodes of the allocation, in the order they are to be used."""
+    target: int
+    """Nodes the run wants (cluster.nodes)."""
+    min_nodes: int
+    """Fewest nodes the run may continue on (cluster.elastic.min_nodes); `target` turns shrinking off."""
+    failed: frozenset[str] = frozenset()
+    """Nodes that failed in this allocation: never chosen again within it."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_nodes <= self.target:
+            raise ValueError(f"min_nodes={self.min_nodes} must be between 1 and the target of {self.target} nodes")
+
+
+@dataclass(frozen=True)
+class Placement:
+    move: Move
+    allocation: Allocation
+    """The allocation after the move; for REQUEUE, the one the job leaves (its `failed` updated)."""
+    added: tuple[str, ...]
+    """Spares brought into the step."""
+    exclude: tuple[str, ...]
+    """REQUEUE: nodes the next allocation must leave out (every node that failed in this one)."""
+    reason: str
+
+
+def after_failure(alloc: Allocation, failed: Iterable[str] = (), out: Iterable[str] = ()) -> Placement:
+    """The next step's nodes after `failed` nodes failed and `out` nodes left for a repair.
+    Both empty: the fault was not a node's, so the same nodes run again."""
+    failed_now = frozenset(failed)
+    gone = failed_now | frozenset(out)
+    all_failed = alloc.failed | failed_now
+    survivors = tuple(n for n in alloc.in_use if n not in gone)
+    spares = tuple(n for n in alloc.spares if n not in gone and n not in all_failed)
+    need = alloc.target - len(survivors)
+    if need <= 0:
+        kept = replace(alloc, in_use=survivors, spares=spares, failed=all_failed)
+        why = "no node was at fault" if not gone else f"{len(survivors)} nodes still meet the target"
+        return Placement(Move.RESTART, kept, (), (), f"restart on the same nodes: {why}")
+    lost = ", ".join(sorted(gone))
+    if len(spares) >= need:
+        added = spares[:need]
+        new = replace(alloc, in_use=survivors + added, spares=spares[need:], failed=all_failed)
+        return Placement(Move.RESTART, new, added, (), f"{lost} replaced by spare {', '.join(added)}")
+    if len(survivors) + len(spares) >= alloc.min_nodes and alloc.min_nodes < alloc.target:
+        new = replace(alloc, in_use=survivors + spares, spares=(), failed=all_failed)
+        return Placement(Move.SHRINK, new, spares,
+                         (), f"{lost} left and {len(spares)} spare(s) remain: continue on "
+                             f"{len(new.in_use)} of {alloc.target} nodes (min_nodes {alloc.min_nodes})")
+    left = replace(alloc, in_use=survivors, spares=spares, failed=all_failed)
+    floor = alloc.min_nodes if alloc.min_nodes < alloc.target else alloc.target
+    return Placement(Move.REQUEUE, left, (), tuple(sorted(all_failed)),
+                     f"{lost} left; {len(survivors)} nodes and {len(spares)} spare(s) are fewer than the "
+                     f"{floor} needed: requeue without the {len(all_failed)} node(s) that failed here")
+
+
+def returned(alloc: Allocation, node: str) -> Allocation:
+    """`node` is healthy again after its repair: it becomes a spare, unless it failed here."""
+    if node in alloc.failed or node in alloc.in_use or node in alloc.spares:
+        return alloc
+    return replace(alloc, spares=alloc.spares + (node,))
+
+
+def grow_back(alloc: Allocation, restart_s: float, mtbf_s: float) -> Placement | None:
+    """At a checkpoint boundary: restart a shrunk run on more nodes, or None.
+
+    Growing costs one restart of every node in use (`restart_s`: save, relaunch, load), while the
+    next failure restarts the run anyway, and that restart takes the spares back for free. So it
+    grows now only when the capacity regained until the next expected failure (`mtbf_s`) is more
+    than the restart costs."""
+    missing = alloc.target - len(alloc.in_use)
+    usable = tuple(n for n in alloc.spares if n not in alloc.failed)[:missing]
+    if not usable or len(usable) * mtbf_s <= restart_s * len(alloc.in_use):
+        return None
+    new = replace(alloc, in_use=alloc.in_use + usable, spares=tuple(n for n in alloc.spares if n not in usable))
+    return Placement(Move.RESTART, new, usable, (),
+                     f"grow back to {len(new.in_use)} of {alloc.target} nodes with {', '.join(usable)}")

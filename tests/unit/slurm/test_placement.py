@@ -1,0 +1,75 @@
+import pytest
+
+from resilient_slurm.slurm.placement import Allocation, Move, after_failure, grow_back, returned
+
+
+def alloc(in_use="abcd", spares="xy", target=4, min_nodes=None, failed=""):
+    return Allocation(tuple(in_use), tuple(spares), target, target if min_nodes is None else min_nodes,
+                      frozenset(failed))
+
+
+@pytest.mark.parametrize(
+    "before, failed, out, move, in_use, spares, exclude",
+    [
+        # a crash with no node at fault: the same nodes again, no spare used
+        (alloc(), "", "", Move.RESTART, "abcd", "xy", ""),
+        # a failed node is replaced by the first spare; the rest keep their order
+        (alloc(), "b", "", Move.RESTART, "acdx", "y", ""),
+        # a node out for a GPU reset is replaced the same way
+        (alloc(), "", "c", Move.RESTART, "abdx", "y", ""),
+        # two at once take both spares
+        (alloc(), "ab", "", Move.RESTART, "cdxy", "", ""),
+        # a spare that failed earlier in this allocation is never chosen
+        (alloc(spares="xy", failed="x"), "a", "", Move.RESTART, "bcdy", "", ""),
+        # no spare, elastic off: requeue without every node that failed here
+        (alloc(spares="", failed="z"), "a", "", Move.REQUEUE, "bcd", "", "az"),
+        # no spare, elastic on and above the floor: shrink
+        (alloc(spares="", min_nodes=3), "a", "", Move.SHRINK, "bcd", "", ""),
+        # one spare for two lost nodes: shrink onto survivors plus the spare
+        (alloc(spares="x", min_nodes=3), "ab", "", Move.SHRINK, "cdx", "", ""),
+        # below the floor even with every spare: requeue
+        (alloc(spares="x", min_nodes=4), "ab", "", Move.REQUEUE, "cd", "x", "ab"),
+        (alloc(spares="", min_nodes=3), "ab", "", Move.REQUEUE, "cd", "", "ab"),
+        # a node out for repair is not excluded at a requeue: only failed ones are
+        (alloc(spares="", failed=""), "a", "b", Move.REQUEUE, "cd", "", "a"),
+    ],
+)
+def test_after_failure(before, failed, out, move, in_use, spares, exclude):
+    p = after_failure(before, tuple(failed), tuple(out))
+    assert p.move is move, p.reason
+    assert p.allocation.in_use == tuple(in_use)
+    assert p.allocation.spares == tuple(spares)
+    assert p.exclude == tuple(exclude)
+    assert set(failed) <= p.allocation.failed
+    assert not set(p.allocation.in_use) & p.allocation.failed
+
+
+def test_a_node_back_from_repair_is_a_spare_but_a_failed_one_never_comes_back():
+    a = after_failure(alloc(spares=""), (), ("c",)).allocation
+    assert returned(a, "c").spares == ("c",)
+    b = after_failure(alloc(spares="x"), ("c",)).allocation
+    assert returned(b, "c") == b
+
+
+@pytest.mark.parametrize(
+    "in_use, spares, target, restart_s, mtbf_s, grows, new_in_use",
+    [
+        ("abc", "x", 4, 60.0, 3600.0, True, "abcx"),  # 1 node x 3600 s regained > 3 nodes x 60 s
+        ("abc", "x", 4, 60.0, 100.0, False, "abc"),  # the next failure comes too soon to pay
+        ("abc", "", 4, 60.0, 3600.0, False, "abc"),  # nothing to grow onto
+        ("abcd", "x", 4, 60.0, 3600.0, False, "abcd"),  # not shrunk
+        ("ab", "xyz", 4, 1.0, 3600.0, True, "abxy"),  # only up to the target; z stays a spare
+    ],
+)
+def test_grow_back(in_use, spares, target, restart_s, mtbf_s, grows, new_in_use):
+    a = Allocation(tuple(in_use), tuple(spares), target, 1)
+    p = grow_back(a, restart_s, mtbf_s)
+    assert (p is not None) == grows
+    if p is not None:
+        assert p.allocation.in_use == tuple(new_in_use)
+        assert set(p.allocation.spares) == set(spares) - set(new_in_use)
+
+
+def test_bad_floor_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="min_nodes=5 must be between 1 and the target of 4"):
+        Allocation(("a",), (), 4, 5)
