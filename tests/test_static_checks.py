@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "resilient_slurm"
 PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goodput.py", "slurm/env.py", "tracking/history.py", "checkpoint/layout.py",
         "checkpoint/manifest.py", "checkpoint/policy.py", "checkpoint/retention.py", "checkpoint/crc32.py",
         "checkpoint/costs.py", "checkpoint/deadline.py", "checkpoint/interval.py", "health/xid_catalog.py",
-        "health/kernel_log.py", "health/verdict.py"]
+        "health/kernel_log.py", "health/verdict.py", "workload/chat_format.py", "workload/packing.py",
+        "workload/tiny_chat.py"]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "submitit", "pynvml",
                 "fcntl", "mmap", "requests", "urllib"}
 

@@ -34,6 +34,8 @@ from resilient_slurm.workload.tokenizer import ChatTokenizer
 CHUNK = 512
 """Conversations tokenized per batch call."""
 SPLITS = ("train", "val")
+Parsed = tuple[str, list[Message], int]
+"""A well-formed line: its `file:line`, its messages and its conversation key."""
 
 
 class DataFormatError(ValueError):
@@ -85,8 +87,8 @@ def build(entry: str, files: list[str], cfg: DataConfig, tok: ChatTokenizer) -> 
     docs: dict[str, list[EncodedChat]] = {"train": [], "val": []}
     evals: list[EncodedChat] = []
     for chunk in _chunks(_parsed(files, cfg, stats, count=False)):
-        for where, messages, encoded in _encode(chunk, cfg, tok, stats):
-            split = "val" if conversation_key(messages) <= threshold else "train"
+        for key, encoded in _encode(chunk, cfg, tok, stats):
+            split = "val" if key <= threshold else "train"
             stats.conversations += 1
             stats.val_conversations += split == "val"
             kept = _fit(encoded, cfg, stats)
@@ -110,7 +112,7 @@ def build(entry: str, files: list[str], cfg: DataConfig, tok: ChatTokenizer) -> 
     return stats
 
 
-def _parsed(files: list[str], cfg: DataConfig, stats: DataStats, count: bool) -> Iterator[tuple[str, list[Message], int]]:
+def _parsed(files: list[str], cfg: DataConfig, stats: DataStats, count: bool) -> Iterator[Parsed]:
     """(file:line, messages, conversation key) of every well-formed line; `count` records the lines
     and skips (the first pass), so the second pass does not count them again."""
     for path in files:
@@ -140,10 +142,10 @@ def _bad(where: str, reason: str, cfg: DataConfig, stats: DataStats, count: bool
             stats.skipped_examples.append(f"{where}: {reason}")
 
 
-def _chunks(items: Iterator[tuple[str, list[Message], int]]) -> Iterator[list[tuple[str, list[Message]]]]:
-    chunk: list[tuple[str, list[Message]]] = []
-    for where, messages, _ in items:
-        chunk.append((where, messages))
+def _chunks(items: Iterator[Parsed]) -> Iterator[list[Parsed]]:
+    chunk: list[Parsed] = []
+    for item in items:
+        chunk.append(item)
         if len(chunk) == CHUNK:
             yield chunk
             chunk = []
@@ -151,18 +153,18 @@ def _chunks(items: Iterator[tuple[str, list[Message], int]]) -> Iterator[list[tu
         yield chunk
 
 
-def _encode(chunk: list[tuple[str, list[Message]]], cfg: DataConfig, tok: ChatTokenizer,
-            stats: DataStats) -> Iterator[tuple[str, list[Message], EncodedChat]]:
+def _encode(chunk: list[Parsed], cfg: DataConfig, tok: ChatTokenizer, stats: DataStats) -> Iterator[tuple[int, EncodedChat]]:
+    """(conversation key, encoding) of each conversation of the chunk that the template accepts."""
     rendered = []
-    for where, messages in chunk:
+    for where, messages, key in chunk:
         try:
-            rendered.append((where, messages, render_chat(tok.template, messages)))
+            rendered.append((where, key, render_chat(tok.template, messages)))
         except TemplateRenderError as e:
             _bad(where, str(e), cfg, stats)
     encodings = tok.encode_batch([r.text for _, _, r in rendered])
-    for (where, messages, r), enc in zip(rendered, encodings):
+    for (where, key, r), enc in zip(rendered, encodings):
         try:
-            yield where, messages, encode_chat(r, enc.ids, enc.offsets, cfg.loss, tok.eos_ids)
+            yield key, encode_chat(r, enc.ids, enc.offsets, cfg.loss, tok.eos_ids)
         except TemplateRenderError as e:
             _bad(where, str(e), cfg, stats)
 

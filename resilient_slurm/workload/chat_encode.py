@@ -84,7 +84,6 @@ def encode_chat(rendered: RenderedChat, ids: list[int], offsets: list[tuple[int,
     else:
         loss = np.logical_or.reduce(turns)
     prompt_len, reply_end = int(last[0]), int(last[-1]) + 1
-    token_ids = np.asarray(ids, dtype=np.int32)
-    stops = np.flatnonzero(np.isin(token_ids[prompt_len:reply_end], eos_ids))
-    target_len = int(stops[0]) + 1 if stops.size else reply_end - prompt_len
-    return EncodedChat(token_ids, loss, prompt_len, target_len)
+    reply = ids[prompt_len:reply_end]
+    target_len = next((i + 1 for i, t in enumerate(reply) if t in eos_ids), len(reply))
+    return EncodedChat(np.asarray(ids, dtype=np.int32), loss, prompt_len, target_len)
