@@ -69,7 +69,8 @@ class DataConfig:
     """synthetic: training samples per epoch (generated on demand from the seed, nothing is downloaded)."""
     val_samples: int = 256
     """Size of the held-out split, never trained on: synthetic, its own seed stream; chat, the
-    conversations with the smallest content hashes (a fixed set whatever the order or world size)."""
+    conversations with the smallest content hashes, every copy of each (a fixed set whatever the
+    order or world size)."""
     path: str = ""
     """chat: a .jsonl file or a directory of them (`messages` or `prompt`/`completion` lines);
     `asset:tiny_chat/chat.jsonl` is the small set the package ships."""

@@ -1,9 +1,10 @@
 """Building one cache entry: chat `.jsonl` files → tokenized, split, packed rows on disk.
 
 Two passes over the files. The first parses every line and hashes each conversation
-(`conversation_key`); the held-out split is then the `val_samples` smallest distinct hashes, a
-fixed count that depends on the conversations alone (not on their order, the world size or a seed),
-and copies of a conversation always land on the same side. The second pass renders and tokenizes
+(`conversation_key`); the held-out split is then the conversations with the `val_samples` smallest
+distinct hashes, a set that depends on the conversations alone (not on their order, the world size
+or a seed). Copies of a conversation all land on the same side, so data with many duplicates holds
+out more than `val_samples` lines. The second pass renders and tokenizes
 (in chunks, so the tokenizer's own threads work on many texts at once), applies `overlong`, and
 keeps each document's ids and loss mask; both splits are then packed (`packing.pack`) and written.
 
@@ -75,10 +76,13 @@ class DataStats:
         return asdict(self)
 
 
-def build(entry: str, files: list[str], cfg: DataConfig, tok: ChatTokenizer) -> DataStats:
-    """Write a complete entry into the new directory `entry` (header last) and return its stats."""
+def build(entry: str, files: list[str], cfg: DataConfig, tok: ChatTokenizer) -> None:
+    """Write a complete entry, its stats in the header, into the new directory `entry` (header last)."""
     stats = DataStats(files=len(files))
     keys = [key for _, _, key in _parsed(files, cfg, stats, count=True)]
+    if not keys:
+        raise ValueError(f"data.path: no well-formed conversation in {', '.join(files)[:200]} "
+                         f"({stats.skipped_lines} malformed lines skipped); check the files' format")
     distinct = np.unique(np.array(keys, dtype=np.uint64))
     if cfg.val_samples >= len(distinct):
         raise ValueError(f"data.val_samples: {cfg.val_samples} held-out conversations leave none to train on "
@@ -100,16 +104,14 @@ def build(entry: str, files: list[str], cfg: DataConfig, tok: ChatTokenizer) -> 
         raise ValueError(f"data.path: no conversation of {', '.join(files)[:200]} fits data.seq_len={cfg.seq_len}; "
                          "raise data.seq_len or use data.overlong=truncate")
     os.makedirs(entry)
-    for split in SPLITS:
-        rows = _write_rows(entry, split, docs[split], cfg.seq_len, tok.pad_id)
-        setattr(stats, f"{split}_rows", rows)
+    stats.train_rows = _write_rows(entry, "train", docs["train"], cfg.seq_len, tok.pad_id)
+    stats.val_rows = _write_rows(entry, "val", docs["val"], cfg.seq_len, tok.pad_id)
     stats.train_tokens = sum(len(d.ids) for d in docs["train"])
     stats.train_loss_tokens = sum(int(d.loss.sum()) for d in docs["train"])
     stats.eval_samples = len(evals)
     _write_flat(entry, "eval_prompt", [d.ids[: d.prompt_len] for d in evals])
     _write_flat(entry, "eval_target", [d.ids[d.prompt_len : d.prompt_len + d.target_len] for d in evals])
     chat_cache.write_header(entry, {"stats": stats.to_dict(), "seq_len": cfg.seq_len})
-    return stats
 
 
 def _parsed(files: list[str], cfg: DataConfig, stats: DataStats, count: bool) -> Iterator[Parsed]:
@@ -123,7 +125,7 @@ def _parsed(files: list[str], cfg: DataConfig, stats: DataStats, count: bool) ->
                 where = f"{path}:{number}"
                 stats.lines += count
                 try:
-                    messages = parse_conversation(raw.decode("utf-8"))
+                    messages = parse_conversation(raw.decode("utf-8-sig"))
                 except UnicodeDecodeError:
                     _bad(where, "not UTF-8 text", cfg, stats, count)
                     continue
@@ -153,7 +155,8 @@ def _chunks(items: Iterator[Parsed]) -> Iterator[list[Parsed]]:
         yield chunk
 
 
-def _encode(chunk: list[Parsed], cfg: DataConfig, tok: ChatTokenizer, stats: DataStats) -> Iterator[tuple[int, EncodedChat]]:
+def _encode(chunk: list[Parsed], cfg: DataConfig, tok: ChatTokenizer,
+            stats: DataStats) -> Iterator[tuple[int, EncodedChat]]:
     """(conversation key, encoding) of each conversation of the chunk that the template accepts."""
     rendered = []
     for where, messages, key in chunk:

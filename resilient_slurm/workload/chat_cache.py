@@ -94,13 +94,17 @@ def cache_key(parts: Mapping[str, Any]) -> str:
     return _digest({"format": FORMAT, **parts})[:24]
 
 
-def open_or_build(root: str, key: str, build: Callable[[str], object]) -> tuple[str, bool]:
+def open_or_build(root: str, key: str, build: Callable[[str], None]) -> tuple[str, bool]:
     """The entry's directory, and whether it was there already; `build(tmp_dir)` writes a missing
     one (all its arrays, then the header)."""
     final = os.path.join(root, key)
     if _complete(final):
         return final, True
-    os.makedirs(root, exist_ok=True)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as e:
+        raise OSError(f"data.cache_dir: cannot create {root} ({e.strerror}); set data.cache_dir to a writable "
+                      "directory that every rank sees") from None
     with _exclusive(os.path.join(root, f"{key}.lock")):
         if _complete(final):
             return final, True

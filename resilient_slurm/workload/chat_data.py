@@ -77,7 +77,8 @@ class ChatData:
         rows = {split: PackedRows(*(self._load(f"{split}_{part}") for part in ("tokens", "docs", "loss")))
                 for split in SPLITS}
         self.train, self.val = rows["train"], rows["val"]
-        self._eval = {name: (self._load(name), self._load(f"{name}_offsets")) for name in ("eval_prompt", "eval_target")}
+        self._eval = {name: (self._load(name), self._load(f"{name}_offsets"))
+                      for name in ("eval_prompt", "eval_target")}
 
     def eval_samples(self, limit: int | None = None) -> list[EvalSample]:
         """The first `limit` (default all) exact-match samples, in file order."""

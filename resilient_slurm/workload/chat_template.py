@@ -79,7 +79,8 @@ class ChatTemplate:
         self.variables = dict(variables)
         self.has_generation_markers = bool(_GENERATION.search(source))
 
-    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> tuple[str, list[tuple[int, int]]]:
+    def render(self, messages: list[dict[str, str]],
+               add_generation_prompt: bool = False) -> tuple[str, list[tuple[int, int]]]:
         """The text, and the character spans of its `{% generation %}` blocks (empty without markers)."""
         if any(_OPEN in m["content"] or _CLOSE in m["content"] for m in messages):
             raise TemplateRenderError("a message contains the private-use characters U+E000/U+E001; remove them")
