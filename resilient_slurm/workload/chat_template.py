@@ -9,8 +9,8 @@ the same byte for byte; the tests compare the two.
 `{% generation %} ... {% endgeneration %}` marks the text the assistant generates (the markers
 transformers' `return_assistant_tokens_mask` reads). Rendering returns the character spans of those
 blocks: the block's text is wrapped in two private-use characters that are cut out afterwards, which
-is simpler than tracking the output length while jinja streams it. A conversation that itself
-contains those characters is refused rather than mis-measured.
+is simpler than tracking the output length while jinja streams it. With such a template, a
+conversation that itself contains those characters is refused rather than mis-measured.
 
 Caveat: a template that calls `strftime_now` renders today's date, so its text (and a cache built
 from it) changes from day to day; Llama-3.1's template takes a fixed date unless one is passed.
@@ -82,7 +82,7 @@ class ChatTemplate:
     def render(self, messages: list[dict[str, str]],
                add_generation_prompt: bool = False) -> tuple[str, list[tuple[int, int]]]:
         """The text, and the character spans of its `{% generation %}` blocks (empty without markers)."""
-        if any(_OPEN in m["content"] or _CLOSE in m["content"] for m in messages):
+        if self.has_generation_markers and any(_OPEN in m["content"] or _CLOSE in m["content"] for m in messages):
             raise TemplateRenderError("a message contains the private-use characters U+E000/U+E001; remove them")
         try:
             raw = self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
