@@ -59,17 +59,37 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
+    kind: str = "synthetic"
+    """synthetic: generated instruction tasks (data=synthetic_sft); chat: a chat .jsonl (data=chat)."""
     task: str = "synthetic-sft"
     """Dataset name, used in generated run names."""
     seq_len: int = 128
+    """Tokens per row; chat conversations are packed into rows of this length."""
     global_batch_size: int = 8
-    """Samples per optimizer step over all ranks; kept constant when the world size changes."""
+    """Samples (chat: packed rows) per optimizer step over all ranks; constant when the world size changes."""
     micro_batch_size: int = 4
-    """Samples per forward/backward on one rank; accumulation = global / (micro * ranks)."""
+    """Samples (chat: rows) per forward/backward on one rank; accumulation = global / (micro * ranks)."""
     num_samples: int = 100_000
-    """Training samples per epoch (generated on demand from the seed, nothing is downloaded)."""
+    """synthetic: training samples per epoch (generated on demand from the seed, nothing is downloaded)."""
     val_samples: int = 256
-    """Size of the held-out split (its own seed stream, never trained on)."""
+    """Size of the held-out split, never trained on: synthetic, its own seed stream; chat, the
+    conversations with the smallest content hashes, every copy of each (a fixed set whatever the
+    order or world size)."""
+    path: str = ""
+    """chat: a .jsonl file or a directory of them (`messages` or `prompt`/`completion` lines);
+    `asset:tiny_chat/chat.jsonl` is the small set the package ships."""
+    tokenizer: str = ""
+    """chat: Hugging Face directory of tokenizer.json and the chat template; empty = model.pretrained;
+    `asset:tiny_chat` is the small one the package ships."""
+    loss: str = "assistant"
+    """chat: tokens trained on: assistant (every assistant turn), last (the last one only), or all."""
+    overlong: str = "truncate"
+    """chat: a conversation longer than seq_len is truncated to it, or dropped; both are counted."""
+    bad_lines: str = "error"
+    """chat: a malformed line stops the run with its file:line (error), or is skipped and counted (skip)."""
+    cache_dir: str = ""
+    """chat: where tokenized data is cached (keyed by data, tokenizer and settings); empty =
+    <run.root>/.cache/tokenized."""
     min_items: int = 4
     max_items: int = 16
     """Length range of the item list each synthetic task operates on."""
@@ -348,10 +368,12 @@ class Config:
 
 
 TASKS = ("copy", "reverse", "sort", "increment")
+DATA_KINDS = ("synthetic", "chat")
+LOSS_MODES = ("assistant", "all", "last")
 # Keys that change where or how a run executes, not what it computes: a relaunch may change them,
 # and they are never part of a run's name.
 PLACEMENT_PREFIXES = ("run.", "cluster.", "checkpoint.", "monitor.", "health.", "fault.", "tracking.", "eval.",
-                      "train.log_every_steps", "train.threads")
+                      "train.log_every_steps", "train.threads", "data.cache_dir")
 FINDINGS = ("loss_nan", "loss_spike", "loss_plateau", "grad_explosion", "grad_vanishing", "throughput_drop",
             "slow_rank", "data_stall", "gpu_underutilized", "gpu_hot", "gpu_memory_full", "gpu_ecc")
 DTYPES = ("float32", "bfloat16")
@@ -477,20 +499,28 @@ def validate(cfg: Config) -> list[str]:
     need(m.vocab_size >= 64, f"model.vocab_size: {m.vocab_size} too small; the synthetic task needs >= 64")
     need(d.seq_len <= m.max_seq_len,
          f"data.seq_len: {d.seq_len} exceeds model.max_seq_len={m.max_seq_len}; lower it or raise max_seq_len")
-    need(2 * d.max_items + 4 <= d.seq_len,
-         f"data.max_items: {d.max_items} does not fit data.seq_len={d.seq_len}; need 2*max_items+4 <= seq_len")
-    need(1 <= d.min_items <= d.max_items,
-         f"data.min_items: {d.min_items} is outside 1..data.max_items={d.max_items}; pick a value in that range")
-    unknown = sorted(set(d.mix) - set(TASKS))
-    need(not unknown, f"data.mix: unknown task(s) {', '.join(unknown)}; use {', '.join(TASKS)}")
-    need(bool(d.mix) and all(w >= 0 for w in d.mix.values()) and sum(d.mix.values()) > 0,
-         "data.mix: weights must be >= 0 with a positive sum; fix the weights")
+    need(d.kind in DATA_KINDS, f"data.kind: {d.kind!r} unknown; use data=synthetic_sft or data=chat")
+    if d.kind == "synthetic":
+        need(2 * d.max_items + 4 <= d.seq_len,
+             f"data.max_items: {d.max_items} does not fit data.seq_len={d.seq_len}; need 2*max_items+4 <= seq_len")
+        need(1 <= d.min_items <= d.max_items,
+             f"data.min_items: {d.min_items} is outside 1..data.max_items={d.max_items}; pick a value in "
+             "that range")
+        unknown = sorted(set(d.mix) - set(TASKS))
+        need(not unknown, f"data.mix: unknown task(s) {', '.join(unknown)}; use {', '.join(TASKS)}")
+        need(bool(d.mix) and all(w >= 0 for w in d.mix.values()) and sum(d.mix.values()) > 0,
+             "data.mix: weights must be >= 0 with a positive sum; fix the weights")
+        need(d.num_samples >= d.global_batch_size, "data.num_samples: smaller than one global batch; raise it")
+    else:
+        need(bool(d.path), "data.path: empty; set data.path=FILE.jsonl (or a directory of .jsonl files) for data=chat")
+    need(d.loss in LOSS_MODES, f"data.loss: {d.loss!r} unknown; use one of {', '.join(LOSS_MODES)}")
+    need(d.overlong in ("truncate", "drop"), f"data.overlong: {d.overlong!r}; use truncate or drop")
+    need(d.bad_lines in ("error", "skip"), f"data.bad_lines: {d.bad_lines!r}; use error or skip")
     per_step = d.micro_batch_size * world_size(k)
     need(d.micro_batch_size >= 1, f"data.micro_batch_size: {d.micro_batch_size}; set it to 1 or more")
     need(d.global_batch_size % max(per_step, 1) == 0,
          f"data.global_batch_size: {d.global_batch_size} is not a multiple of micro_batch_size*ranks="
          f"{per_step}; change one of them")
-    need(d.num_samples >= d.global_batch_size, "data.num_samples: smaller than one global batch; raise it")
     need(o.lr > 0, f"optim.lr: {o.lr}; set a learning rate > 0")
     need(0 <= o.min_lr_ratio <= 1, f"optim.min_lr_ratio: {o.min_lr_ratio}; set it within [0, 1]")
     need(0 <= o.warmup_steps < max(t.max_steps, 1) or t.max_steps == 0,

@@ -13,12 +13,14 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "resilient_slurm"
 
 # Decisions, parsers, catalogs and layouts: they take data and return data.
-PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goodput.py", "slurm/env.py", "tracking/history.py", "checkpoint/layout.py",
+PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goodput.py", "slurm/env.py",
+        "tracking/history.py", "checkpoint/layout.py",
         "checkpoint/manifest.py", "checkpoint/policy.py", "checkpoint/retention.py", "checkpoint/crc32.py",
         "checkpoint/costs.py", "checkpoint/deadline.py", "checkpoint/interval.py", "health/xid_catalog.py",
         "health/kernel_log.py", "health/verdict.py", "slurm/placement.py", "simulate/failures.py",
         "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py",
-        "simulate/results.py", "simulate/report.py"]
+        "simulate/results.py", "simulate/report.py", "workload/chat_format.py", "workload/packing.py",
+        "workload/tiny_chat.py"]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "submitit", "pynvml",
                 "fcntl", "mmap", "requests", "urllib"}
 

@@ -93,6 +93,13 @@ class SampleStream:
         return out
 
 
+def rank_micro_batches(global_indices: list[int], micro: int, world_size: int, rank: int,
+                       accumulation: int) -> list[list[int]]:
+    """A rank's micro-batches of one global batch: micro-batch m of rank r is chunk m*world+r."""
+    chunks = [global_indices[i : i + micro] for i in range(0, len(global_indices), micro)]
+    return [chunks[m * world_size + rank] for m in range(accumulation)]
+
+
 @dataclass
 class SamplerState:
     samples_consumed: int = 0
@@ -120,10 +127,8 @@ class GlobalBatchSampler:
         return self.state.samples_consumed // self.cfg.num_samples
 
     def rank_indices(self, global_indices: list[int]) -> list[list[int]]:
-        """This rank's micro-batches of one global batch: micro m of rank r is chunk m*world+r."""
-        mb = self.cfg.micro_batch_size
-        chunks = [global_indices[i : i + mb] for i in range(0, len(global_indices), mb)]
-        return [chunks[m * self.world_size + self.rank] for m in range(self.accumulation)]
+        return rank_micro_batches(global_indices, self.cfg.micro_batch_size, self.world_size, self.rank,
+                                  self.accumulation)
 
     def next_batch(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's micro-batches of the next global batch, and advance the position."""

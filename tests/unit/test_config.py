@@ -128,3 +128,24 @@ def test_conf_holds_only_values_that_differ_from_the_dataclass_defaults():
             if f"{prefix}{key}" == "cluster.kind":
                 continue
             assert defaults.get(f"{prefix}{key}", object()) != value, f"{path.name}: {prefix}{key} repeats its default"
+
+
+def test_data_chat_selects_the_chat_pipeline():
+    cfg = to_config(composed("+experiment=tiny_sft", "data=chat", "data.path=/data/chat.jsonl"))
+    assert (cfg.data.kind, cfg.data.path, cfg.data.loss, cfg.data.overlong, cfg.data.bad_lines) == (
+        "chat", "/data/chat.jsonl", "assistant", "truncate", "error")
+    tiny = to_config(composed("+experiment=tiny_sft", "data=tiny_chat"))
+    assert tiny.data.path.startswith("asset:") and tiny.data.tokenizer == "asset:tiny_chat"
+
+
+@pytest.mark.parametrize("override, key", [
+    ("data.loss=prompt", "data.loss"),
+    ("data.overlong=wrap", "data.overlong"),
+    ("data.bad_lines=ignore", "data.bad_lines"),
+    ("data.kind=web", "data.kind"),
+    ("data.path=", "data.path"),
+])
+def test_bad_chat_values_give_one_line_naming_the_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        to_config(composed("+experiment=tiny_sft", "data=chat", "data.path=/data/chat.jsonl", override))
+    assert str(err.value).startswith(key) and "\n" not in str(err.value)

@@ -1,0 +1,99 @@
+"""Packed rows as training batches, and the exact-position sampler over them.
+
+`PackedBatchSampler` is `data.GlobalBatchSampler` with packed rows in place of synthetic samples:
+its whole state is `samples_consumed` (rows consumed, over all ranks), global batch k is stream
+positions [k*G, (k+1)*G) of a fresh permutation of the rows each epoch, and micro-batch m of rank r
+is chunk m*world+r of it. The rows were packed once, when the cache was built, so a resume at any
+world size continues at the exact row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from resilient_slurm.config import DataConfig
+from resilient_slurm.workload.data import SampleStream, SamplerState, rank_micro_batches
+from resilient_slurm.workload.packing import labels_and_positions
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Rows of packed documents, each tensor (rows, seq_len), int64."""
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    """Already shifted: labels[:, t] is the target at t (token t+1), or -100 where there is no loss."""
+    position_ids: torch.Tensor
+    """Restart at 0 at each document."""
+    document_ids: torch.Tensor
+    """Index of each token's document within its row; -1 for padding."""
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(*(t.to(device, non_blocking=True) for t in
+                       (self.input_ids, self.labels, self.position_ids, self.document_ids)))
+
+    def attention_mask(self) -> torch.Tensor:
+        """(rows, 1, seq, seq) bool, True where query t may attend key s: s <= t in the same
+        document (block-diagonal causal). Padding attends to padding, so no row is all False."""
+        d = self.document_ids
+        seq = d.shape[-1]
+        causal = torch.ones(seq, seq, dtype=torch.bool, device=d.device).tril()
+        return (d[:, :, None] == d[:, None, :]).logical_and(causal)[:, None]
+
+
+class PackedRows:
+    """One split's rows (numpy arrays, memory-mapped from the cache)."""
+
+    def __init__(self, tokens: np.ndarray, docs: np.ndarray, loss: np.ndarray) -> None:
+        self.tokens, self.docs, self.loss = tokens, docs, loss
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.tokens.shape[1])
+
+    def batch(self, rows: Sequence[int]) -> Batch:
+        index = np.asarray(rows, dtype=np.int64)
+        tokens, docs = self.tokens[index].astype(np.int64), self.docs[index].astype(np.int64)
+        labels, positions = labels_and_positions(tokens, docs, self.loss[index])
+        return Batch(*(torch.from_numpy(a) for a in (tokens, labels, positions, docs)))
+
+
+class PackedBatchSampler:
+    """Hands each rank its micro-batches of the next global batch of rows; the position is exact."""
+
+    def __init__(self, rows: PackedRows, cfg: DataConfig, seed: int, rank: int, world_size: int) -> None:
+        if cfg.global_batch_size % (cfg.micro_batch_size * world_size):
+            raise ValueError(
+                f"data.global_batch_size={cfg.global_batch_size} is not a multiple of "
+                f"micro_batch_size*world_size={cfg.micro_batch_size * world_size}"
+            )
+        self.rows = rows
+        self.cfg = cfg
+        self.rank = rank
+        self.world_size = world_size
+        self.accumulation = cfg.global_batch_size // (cfg.micro_batch_size * world_size)
+        self.stream = SampleStream(rows.num_rows, seed)
+        self.state = SamplerState()
+
+    @property
+    def epoch(self) -> int:
+        return self.state.samples_consumed // self.rows.num_rows
+
+    def rank_indices(self, global_indices: list[int]) -> list[list[int]]:
+        return rank_micro_batches(global_indices, self.cfg.micro_batch_size, self.world_size, self.rank,
+                                  self.accumulation)
+
+    def next_batch(self) -> list[Batch]:
+        """This rank's micro-batches of the next global batch, and advance the position."""
+        g = self.cfg.global_batch_size
+        global_indices = self.stream.indices(self.state.samples_consumed, g)
+        self.state.samples_consumed += g
+        return [self.rows.batch(micro) for micro in self.rank_indices(global_indices)]
