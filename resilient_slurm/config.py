@@ -39,8 +39,12 @@ class RunConfig:
 
 @dataclass
 class ModelConfig:
+    pretrained: str | None = None
+    """A Hugging Face Llama model directory (config.json, safetensors weights, tokenizer files) to
+    fine-tune. Its config.json sets every dimension below at launch (none is copied by hand); the
+    weights are read shard by shard, each rank only its own rows. Null: random initialisation."""
     name: str = "llama-tiny"
-    """Short model name, used in generated run names."""
+    """Short model name, used in generated run names (the directory's name when `pretrained` is set)."""
     vocab_size: int = 512
     hidden_size: int = 256
     intermediate_size: int = 688
@@ -48,12 +52,25 @@ class ModelConfig:
     num_heads: int = 4
     num_kv_heads: int = 2
     """Grouped-query attention: key/value heads shared by num_heads // num_kv_heads query heads."""
+    head_dim: int | None = None
+    """Per-head dimension; null: hidden_size // num_heads."""
     max_seq_len: int = 256
+    """Longest sequence the model is trained on (HF max_position_embeddings)."""
     rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    """HF rope_scaling, e.g. Llama-3.1's {rope_type: llama3, factor: 8, low_freq_factor: 1,
+    high_freq_factor: 4, original_max_position_embeddings: 8192}; null: none."""
     rms_norm_eps: float = 1e-5
     tie_embeddings: bool = False
+    bos_token_id: int | None = None
+    eos_token_id: list[int] = field(default_factory=list)
+    """Written to the exported config.json; from the pretrained config, else from the tokenizer."""
     dtype: str = "float32"
-    """Parameter dtype: float32 or bfloat16."""
+    """Compute dtype (float32 or bfloat16). Master weights, gradients' reduction and AdamW state are
+    always float32 (FSDP2 MixedPrecisionPolicy): bf16 parameters lose small updates on long runs."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass: ~1/25 of the activation
+    memory for about a third more compute."""
     init_std: float = 0.02
 
 

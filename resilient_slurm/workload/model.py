@@ -1,15 +1,27 @@
-"""A Llama-architecture decoder (RMSNorm, rotary embeddings, SwiGLU, grouped-query attention).
+"""A Llama-architecture decoder (RMSNorm, rotary embeddings with Llama-3.1 scaling, SwiGLU,
+grouped-query attention) in the layout of Hugging Face's `LlamaForCausalLM`.
 
-Parameter names follow Hugging Face's `LlamaForCausalLM` (`model.layers.0.self_attn.q_proj.weight`,
-`lm_head.weight`, ...), and the rotary convention is HF's `rotate_half`, so an exported
-`model.safetensors` loads into `transformers` 1:1.
+Parameter names follow HF (`model.layers.0.self_attn.q_proj.weight`, `lm_head.weight`, ...) and the
+rotary convention is HF's `rotate_half`, so pretrained weights load without any permutation and an
+export loads into `transformers` 1:1. Inputs may be packed: `position_ids` restart at each
+document and `document_ids` keep attention inside a document (a block-diagonal causal mask), so
+packed documents train exactly as they would one per row.
+
+Parameters are created in float32: they are the master weights (FSDP2 casts a bf16 copy for compute,
+see runtime/parallel.py). Rotary tables are computed from `position_ids` on every call (a few
+thousand multiplications), so the module has no buffers to rebuild after it is built on the meta
+device.
 """
 
 from __future__ import annotations
 
+import math
+import zlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from resilient_slurm.config import ModelConfig
 
@@ -28,9 +40,33 @@ class RMSNorm(nn.Module):
         return self.weight * normed.to(x.dtype)
 
 
+def head_dim(cfg: ModelConfig) -> int:
+    return cfg.head_dim or cfg.hidden_size // cfg.num_heads
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
+
+
+def inverse_frequencies(cfg: ModelConfig, device: torch.device | None = None) -> torch.Tensor:
+    """RoPE inverse frequencies, with Llama-3.1's `rope_scaling` (type `llama3`) applied when set:
+    long wavelengths are divided by `factor`, short ones kept, the band between interpolated."""
+    dim = head_dim(cfg)
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
+    scaling = cfg.rope_scaling
+    if not scaling:
+        return inv
+    factor = float(scaling["factor"])
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    original = float(scaling["original_max_position_embeddings"])
+    wavelength = 2 * math.pi / inv
+    low_wavelength, high_wavelength = original / low, original / high
+    smooth = (original / wavelength - low) / (high - low)
+    interpolated = (1 - smooth) * inv / factor + smooth * inv
+    out = torch.where(wavelength > low_wavelength, inv / factor, inv)
+    middle = (wavelength <= low_wavelength) & (wavelength >= high_wavelength)
+    return torch.where(middle, interpolated, out)
 
 
 class Attention(nn.Module):
@@ -38,13 +74,13 @@ class Attention(nn.Module):
         super().__init__()
         self.num_heads = cfg.num_heads
         self.num_kv_heads = cfg.num_kv_heads
-        self.head_dim = cfg.hidden_size // cfg.num_heads
+        self.head_dim = head_dim(cfg)
         self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * self.head_dim, cfg.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
@@ -55,7 +91,10 @@ class Attention(nn.Module):
             repeat = self.num_heads // self.num_kv_heads
             k = k.repeat_interleave(repeat, dim=1)
             v = v.repeat_interleave(repeat, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -78,36 +117,45 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class LlamaModel(nn.Module):
-    rope_cos: torch.Tensor
-    rope_sin: torch.Tensor
-
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
+        self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        head_dim = cfg.hidden_size // cfg.num_heads
-        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-        angles = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float32), inv_freq)
-        angles = torch.cat((angles, angles), dim=-1)
-        # Derived from the config, so not part of the state dict (HF does the same).
-        self.register_buffer("rope_cos", angles.cos(), persistent=False)
-        self.register_buffer("rope_sin", angles.sin(), persistent=False)
+        self.activation_checkpointing = False
+        """Recompute each layer's activations in the backward pass instead of keeping them."""
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        s = input_ids.shape[1]
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        b, s = input_ids.shape
         x = self.embed_tokens(input_ids)
-        cos = self.rope_cos[:s].to(x.dtype)
-        sin = self.rope_sin[:s].to(x.dtype)
+        if position_ids is None:
+            position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
+        angles = position_ids[..., None].float() * inverse_frequencies(self.cfg, input_ids.device)
+        angles = torch.cat((angles, angles), dim=-1)[:, None]  # (b, 1, s, head_dim): one table for all heads
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        mask = None if document_ids is None else block_causal_mask(document_ids)
         for layer in self.layers:
-            x = layer(x, cos, sin)
+            if self.activation_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(layer, x, cos, sin, mask, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, mask)
         return self.norm(x)
+
+
+def block_causal_mask(document_ids: torch.Tensor) -> torch.Tensor:
+    """(b, 1, s, s) bool: query t may attend key u when u <= t in the same document. Padding
+    (document -1) attends to padding only, so no query row is empty (an empty row gives NaN)."""
+    s = document_ids.shape[-1]
+    causal = torch.ones(s, s, dtype=torch.bool, device=document_ids.device).tril()
+    return (document_ids[:, :, None] == document_ids[:, None, :]).logical_and(causal)[:, None]
 
 
 class LlamaForCausalLM(nn.Module):
@@ -118,27 +166,20 @@ class LlamaForCausalLM(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                document_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Logits, shape (batch, seq, vocab)."""
-        return self.lm_head(self.model(input_ids))
+        return self.lm_head(self.model(input_ids, position_ids, document_ids))
 
 
-def build_model(cfg: ModelConfig, seed: int) -> LlamaForCausalLM:
-    """A freshly initialised model; the same seed gives the same weights on every rank."""
-    model = LlamaForCausalLM(cfg).to(getattr(torch, cfg.dtype))
-    init_weights_(model, cfg, seed)
-    return model
-
-
-@torch.no_grad()
-def init_weights_(model: nn.Module, cfg: ModelConfig, seed: int) -> None:
-    """(Re-)initialise in place: normal(0, init_std) for matrices, ones for norms; from `seed` alone."""
-    generator = torch.Generator().manual_seed(seed)
-    for name, param in model.named_parameters():
-        if name.endswith("norm.weight"):
-            param.fill_(1.0)
-        else:
-            param.copy_(torch.randn(param.shape, generator=generator) * cfg.init_std)
+def init_value(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int) -> torch.Tensor:
+    """The random initial value of parameter `name` (the whole tensor): ones for norms, normal(0,
+    init_std) for the rest, drawn from (seed, name) alone, so every rank and every world size
+    starts from the same weights, whatever order the parameters are visited in."""
+    if name.endswith("norm.weight"):
+        return torch.ones(shape)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    return torch.randn(shape, generator=generator) * cfg.init_std
 
 
 def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
