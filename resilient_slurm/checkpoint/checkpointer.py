@@ -233,8 +233,9 @@ class Checkpointer:
             budget = received_at + grace - time.time() - self.cfg.emergency_reserve_s
         costs = save_costs(self.ledger)
         write_bps = costs.write_bytes_per_s or self.cfg.prior_write_gb_per_s * 1e9
-        weights = sum(t.numel() * t.element_size() for t in snap.model.values())
-        full = weights + sum(t.numel() * t.element_size() for t in snap.optimizer.values())
+        # The whole checkpoint's bytes (the ranks write their shares at once), as the measured rate is.
+        weights = sum(h.spec.nbytes for h in snap.model.values())
+        full = weights + sum(h.spec.nbytes for h in snap.optimizer.values())
         inflight = 0.0
         if self.saver.busy and self.saver.started_at is not None:
             inflight = max((costs.total_s or full / write_bps) - (time.perf_counter() - self.saver.started_at), 0.0)

@@ -8,6 +8,8 @@ n zero bytes to a message multiplies its CRC by x^(8n) modulo the CRC polynomial
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 _POLY = 0xEDB88320  # the CRC-32 polynomial, bit-reflected as zlib uses it
 _X0 = 1 << 31  # the polynomial "1" in reflected bit order
 
@@ -36,8 +38,9 @@ _X2N = _x2n_table()
 """_X2N[k] = x^(2^k) mod p."""
 
 
+@lru_cache(maxsize=64)
 def _x_pow_8n(n: int) -> int:
-    """x^(8n) mod p."""
+    """x^(8n) mod p. Cached: a file's parts mostly have one length (its chunks)."""
     p = _X0
     k = 3  # 8n = n * 2^3
     while n:

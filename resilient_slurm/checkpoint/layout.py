@@ -2,8 +2,10 @@
 
     checkpoints/
       step_00000100/
-        model.safetensors                       (or model-0000i-of-0000N.safetensors + model.safetensors.index.json)
-        optimizer.safetensors                   (or shards + optimizer.safetensors.index.json)
+        model.safetensors                       or model-0000i-of-0000N.safetensors: each rank's rows
+        model.shards.json                       every tensor's global shape and dtype, and which rows
+                                                of it each file holds (its pieces)
+        optimizer.safetensors                   or shards, + optimizer.shards.json
         optimizer.json                          param groups (hyper-parameters, parameter names)
         scheduler.json                          LR scheduler state
         train_state.json                        step, data position, tokens, run id, config hash, reason
@@ -18,7 +20,10 @@ import re
 from dataclasses import dataclass
 
 FORMAT_NAME = "resilient_slurm-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: sharded state (pieces of tensors, `<prefix>.shards.json`) and per-chunk CRCs in the manifest.
+Version 1 checkpoints (whole tensors, HF-style `<prefix>.safetensors.index.json`) still load."""
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 TRAIN_STATE = "train_state.json"
 SCHEDULER = "scheduler.json"
@@ -51,7 +56,115 @@ def rng_file(rank: int) -> str:
 
 
 def index_file(prefix: str) -> str:
+    """Version 1's HF-style index (name -> file)."""
     return f"{prefix}.safetensors.index.json"
+
+
+def shards_file(prefix: str) -> str:
+    return f"{prefix}.shards.json"
+
+
+def shard_rows(rows: int, world: int, rank: int) -> tuple[int, int]:
+    """[start, stop) of dim 0 that `rank` of `world` holds of a tensor with `rows` rows: FSDP2's
+    Shard(0), chunks of ceil(rows / world) rows, the last ones shorter or empty."""
+    chunk = -(-rows // world) if rows else 0
+    start = min(rank * chunk, rows)
+    return start, min(start + chunk, rows)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What every rank knows of one tensor of the state, whoever holds it."""
+
+    name: str
+    shape: tuple[int, ...]
+    """Global shape."""
+    dtype: str
+    """safetensors dtype name (F32, BF16, I64, ...)."""
+    itemsize: int
+    sharded: bool
+    """Each rank holds its `shard_rows`; otherwise every rank holds all of it and one writes it."""
+
+    @property
+    def rows(self) -> int:
+        """Dim 0; a scalar counts as one row."""
+        return self.shape[0] if self.shape else 1
+
+    @property
+    def row_bytes(self) -> int:
+        n = self.itemsize
+        for d in self.shape[1:]:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.row_bytes
+
+
+@dataclass(frozen=True)
+class Piece:
+    name: str
+    start: int
+    stop: int
+    """Rows [start, stop) of the tensor."""
+
+
+@dataclass(frozen=True)
+class PieceFile:
+    filename: str
+    rank: int
+    pieces: tuple[Piece, ...]
+
+
+def plan_pieces(prefix: str, specs: list[TensorSpec], world_size: int, max_shard_bytes: int) -> list[PieceFile]:
+    """The files of one prefix: each rank writes its own rows of every sharded tensor, and the
+    replicated tensors are spread over the ranks by bytes (`plan_shards`, whole tensors); each
+    rank's pieces, in state order, are cut into files of at most `max_shard_bytes`.
+
+    Every rank computes the same plan from the same specs, so no rank has to tell another what it
+    will write. One file gets the plain name; several get `-0000i-of-0000N`.
+    """
+    owner: dict[str, int] = {}
+    replicated = [(s.name, s.nbytes) for s in specs if not s.sharded]
+    for shard in plan_shards(prefix, replicated, world_size, 1 << 62):
+        owner.update({n: shard.rank for n in shard.names})
+    runs: list[tuple[int, list[Piece]]] = []
+    for rank in range(world_size):
+        current: list[Piece] = []
+        current_bytes = 0
+        for s in specs:
+            if s.sharded:
+                start, stop = shard_rows(s.rows, world_size, rank)
+            elif owner[s.name] == rank:
+                start, stop = 0, s.rows
+            else:
+                continue
+            if stop <= start:
+                continue
+            nbytes = (stop - start) * s.row_bytes
+            if current and current_bytes + nbytes > max_shard_bytes:
+                runs.append((rank, current))
+                current, current_bytes = [], 0
+            current.append(Piece(s.name, start, stop))
+            current_bytes += nbytes
+        if current:
+            runs.append((rank, current))
+    if len(runs) == 1:
+        return [PieceFile(f"{prefix}.safetensors", runs[0][0], tuple(runs[0][1]))]
+    n = len(runs)
+    return [PieceFile(f"{prefix}-{i + 1:05d}-of-{n:05d}.safetensors", rank, tuple(pieces))
+            for i, (rank, pieces) in enumerate(runs)]
+
+
+def shards_index(specs: list[TensorSpec], files: list[PieceFile]) -> dict:
+    """`<prefix>.shards.json`: every tensor's shape and dtype, and its pieces [file, start, stop]."""
+    pieces: dict[str, list[list]] = {s.name: [] for s in specs}
+    for f in files:
+        for p in f.pieces:
+            pieces[p.name].append([f.filename, p.start, p.stop])
+    return {"tensors": {s.name: {"shape": list(s.shape), "dtype": s.dtype, "pieces": pieces[s.name]}
+                        for s in specs}}
 
 
 def is_optimizer_file(path: str) -> bool:

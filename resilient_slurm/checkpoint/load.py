@@ -7,15 +7,14 @@ tier into the hot one (checked file by file, marker last) and loaded from there.
 fails on any rank is skipped by all of them together, and moved aside (never deleted), so the
 next is tried.
 
-Every rank reads every file it needs, so any world size loads any checkpoint: model tensors and
-optimizer state are keyed by name, the data position is a global sample count. The files are read
-by one pool of threads in large ranges straight into the model's own tensors (and the optimizer's,
-when it already has state of the right shape), with CRCs checked on the way.
+Any world size loads any checkpoint: model tensors and optimizer state are keyed by name and
+stored as pieces of rows, and each rank reads only the rows it holds now (`reader.py`); the data
+position is a global sample count. At the world size that wrote it, each rank reads its own files
+whole, in large parallel ranges straight into its shards, with CRCs checked on the way.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import zlib
@@ -28,14 +27,10 @@ from torch import nn
 
 from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.manifest import Manifest
-from resilient_slurm.checkpoint.parallel_io import ShortFileError, read_files
-from resilient_slurm.checkpoint.safetensors_io import (
-    FormatError,
-    TensorInfo,
-    in_file,
-    read_header,
-)
+from resilient_slurm.checkpoint.reader import LoadError, Reader, read_json, saved_tensors
+from resilient_slurm.checkpoint.safetensors_io import FormatError
 from resilient_slurm.checkpoint.state import (
+    local_rows,
     model_tensors,
     optimizer_tensors,
     param_names,
@@ -45,10 +40,6 @@ from resilient_slurm.checkpoint.state import (
 )
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.runtime.distributed import Comm
-
-
-class LoadError(RuntimeError):
-    """This checkpoint cannot be loaded into this run; the message says why."""
 
 
 class ColdSource(Protocol):
@@ -69,6 +60,8 @@ class Restored:
     source: str = "hot"
     """hot, or cold (copied back into the hot tier, then loaded)."""
     saved_world_size: int = 1
+    bytes_read: int = 0
+    """Bytes of tensor files this rank read (a resume at another world size reads only its rows)."""
     rng: str = "restored"
     """restored: this rank's saved RNG states; reseeded: the checkpoint has none for this rank (it
     was saved by fewer ranks), so they are seeded from (run id, step, rank): reproducible, and
@@ -176,47 +169,53 @@ def load_into(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     io_threads: int,
 ) -> Restored:
-    """Load one verified-looking checkpoint; raise LoadError (or FormatError) on any mismatch."""
+    """Load one verified-looking checkpoint into this rank's shards; raise LoadError (or FormatError)
+    on any mismatch."""
     # Small JSON files first: nothing is applied until every byte has been checked.
-    docs = {rel: _read_json(path, rel, manifest) for rel in manifest.files if rel.endswith(".json")}
+    docs = {rel: read_json(path, rel, manifest) for rel in manifest.files if rel.endswith(".json")}
     train_state = docs[layout.TRAIN_STATE]
-
     names = param_names(model)
+    by_name = {name: p for p, name in names.items()}
+    saved_model = saved_tensors(path, layout.MODEL, manifest, docs)
+    saved_optim = saved_tensors(path, layout.OPTIMIZER, manifest, docs)
     targets = model_tensors(model)
-    existing = optimizer_tensors(optimizer, names)
-    optim_state: dict[str, torch.Tensor] = {}
-
-    def model_target(name: str, info: TensorInfo) -> torch.Tensor:
-        if name not in targets:
-            raise LoadError(f"checkpoint has tensor {name!r}, which this model does not")
-        return targets[name]
-
-    def optim_target(name: str, info: TensorInfo) -> torch.Tensor:
-        t = existing.get(name)
-        if t is None or t.dtype != info.dtype or tuple(t.shape) != info.shape or not t.is_contiguous() \
-                or t.device.type != "cpu":
-            t = torch.empty(info.shape, dtype=info.dtype)
-        optim_state[name] = t
-        return t
-
-    optim_files = _tensor_files(layout.OPTIMIZER, manifest, docs)
-    # One pool over the ranges of every file, so model and optimizer shards stream together.
-    jobs = [(rel, model_target) for rel in _tensor_files(layout.MODEL, manifest, docs)]
-    jobs += [(rel, optim_target) for rel in optim_files]
-    headers = [read_header(str(path / rel)) for rel, _ in jobs]
-    files = [in_file(str(path / rel), header, target_for) for (rel, target_for), header in zip(jobs, headers)]
-    try:
-        crcs = read_files(files, io_threads)
-    except ShortFileError as e:
-        raise LoadError(str(e)) from None
-    for (rel, _), crc in zip(jobs, crcs):
-        if crc != manifest.files[rel].crc32:
-            raise LoadError(f"checksum mismatch in {rel}")
-    loaded = {name for (_, target_for), h in zip(jobs, headers) if target_for is model_target for name in h.tensors}
-    missing = sorted(set(targets) - loaded)
+    unknown = sorted(set(saved_model) - set(targets))
+    if unknown:
+        raise LoadError(f"checkpoint has tensor {unknown[0]!r}, which this model does not")
+    missing = sorted(set(targets) - set(saved_model))
     if missing:
         raise LoadError(f"checkpoint lacks model tensors: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
-    if optim_files:
+
+    reader = Reader(path, manifest, io_threads)
+    copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for name, h in targets.items():
+        # Straight into the parameter's own storage when it can take the bytes, else via the CPU.
+        direct = h.data.device.type == "cpu" and h.data.is_contiguous() and h.data.dtype == saved_model[name].dtype
+        dest = h.data if direct else torch.empty(h.data.shape, dtype=saved_model[name].dtype)
+        reader.add(name, saved_model[name], dest, h.start)
+        if not direct:
+            copies.append((h.data, dest))
+    existing = optimizer_tensors(optimizer, names)
+    optim_state: dict[str, torch.Tensor] = {}
+    for name, saved in saved_optim.items():
+        param = by_name.get(name.rsplit(".", 1)[0])
+        if param is None:
+            raise LoadError(f"checkpoint has optimizer state {name!r} for a parameter this model does not have")
+        # State shaped like its parameter is sharded like it; the rest (a step count) is whole.
+        start, stop = local_rows(param) if saved.shape == tuple(param.shape) else (0, saved.rows)
+        shape = (stop - start, *saved.shape[1:]) if saved.shape else ()
+        # Into the state the optimizer already has (a rollback) when it fits: no second copy of it.
+        old = existing[name].data if name in existing else None
+        fits = old is not None and old.device.type == "cpu" and old.is_contiguous() and old.dtype == saved.dtype \
+            and tuple(old.shape) == shape
+        dest = old if fits and old is not None else torch.empty(shape, dtype=saved.dtype)
+        reader.add(name, saved, dest, start)
+        optim_state[name] = dest
+    reader.run()
+    with torch.no_grad():
+        for target, loaded in copies:
+            target.copy_(loaded)
+    if saved_optim:
         restore_optimizer(optimizer, names, docs[layout.OPTIMIZER_META], optim_state)
     else:
         optimizer.state.clear()
@@ -226,20 +225,5 @@ def load_into(
         restore_rng(rng)
     else:
         reseed_rng(zlib.crc32(f"{train_state.get('run_id', '')}:{train_state['step']}:{rank}".encode()))
-    return Restored(path, train_state, bool(optim_files), saved_world_size=manifest.world_size,
-                    rng="restored" if rng is not None else "reseeded")
-
-
-def _tensor_files(prefix: str, manifest: Manifest, docs: dict[str, Any]) -> list[str]:
-    single = f"{prefix}.safetensors"
-    if single in manifest.files:
-        return [single]
-    index = docs.get(layout.index_file(prefix))
-    return sorted(set(index["weight_map"].values())) if index else []
-
-
-def _read_json(path: Path, rel: str, manifest: Manifest) -> Any:
-    raw = (path / rel).read_bytes()
-    if zlib.crc32(raw) != manifest.files[rel].crc32:
-        raise LoadError(f"checksum mismatch in {rel}")
-    return json.loads(raw)
+    return Restored(path, train_state, bool(saved_optim), saved_world_size=manifest.world_size,
+                    rng="restored" if rng is not None else "reseeded", bytes_read=reader.bytes_read)

@@ -2,6 +2,10 @@
 
 It is also the commit marker: written last, atomically, after every rank's files are durable.
 A directory without it is a torn save; a file that differs from it is corruption.
+
+Since version 2 a file larger than one chunk (`CHUNK_BYTES`) also lists the CRC32 of each chunk,
+so a rank that needs only some byte ranges of a file (a resume at another world size reads only its
+rows) checks what it read without reading the rest.
 """
 
 from __future__ import annotations
@@ -10,7 +14,10 @@ import json
 import posixpath
 from dataclasses import dataclass
 
-from resilient_slurm.checkpoint.layout import FORMAT_NAME, FORMAT_VERSION
+from resilient_slurm.checkpoint.layout import FORMAT_NAME, FORMAT_VERSION, READABLE_VERSIONS
+
+CHUNK_BYTES = 1 << 20
+"""Bytes covered by one chunk CRC; a partial read rounds its ranges out to chunks."""
 
 
 class ManifestError(ValueError):
@@ -21,6 +28,9 @@ class ManifestError(ValueError):
 class FileEntry:
     nbytes: int
     crc32: int
+    chunks: tuple[int, ...] = ()
+    """CRC32 of each CHUNK_BYTES of the file, in order (empty for a file of one chunk, and in
+    version 1 manifests)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +47,8 @@ class Manifest:
             "step": self.step,
             "world_size": self.world_size,
             "created": self.created,
-            "files": {p: {"bytes": e.nbytes, "crc32": f"{e.crc32:08x}"} for p, e in sorted(self.files.items())},
+            "chunk_bytes": CHUNK_BYTES,
+            "files": {p: _entry(e) for p, e in sorted(self.files.items())},
         }
         return json.dumps(body, indent=1).encode()
 
@@ -49,16 +60,20 @@ class Manifest:
             raise ManifestError("manifest.json is not valid JSON") from None
         if not isinstance(body, dict) or body.get("format") != FORMAT_NAME:
             raise ManifestError("manifest.json is not a resilient_slurm checkpoint manifest")
-        if body.get("version") != FORMAT_VERSION:
+        if body.get("version") not in READABLE_VERSIONS:
             raise ManifestError(
-                f"unknown format version {body.get('version')!r} (this build reads version {FORMAT_VERSION})"
+                f"unknown format version {body.get('version')!r} (this build reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))})"
             )
+        if body.get("chunk_bytes", CHUNK_BYTES) != CHUNK_BYTES:
+            raise ManifestError(f"chunk_bytes {body.get('chunk_bytes')!r} is not {CHUNK_BYTES}")
         try:
             files = {}
             for path, entry in body["files"].items():
                 if not is_safe_relative(path):
                     raise ManifestError(f"manifest entry {path!r} names a path outside the directory")
-                files[path] = FileEntry(int(entry["bytes"]), int(entry["crc32"], 16))
+                chunks = tuple(int(c, 16) for c in entry.get("chunks", ()))
+                files[path] = FileEntry(int(entry["bytes"]), int(entry["crc32"], 16), chunks)
             return Manifest(int(body["step"]), int(body["world_size"]), files, str(body["created"]))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             if isinstance(e, ManifestError):
@@ -74,3 +89,10 @@ def is_safe_relative(path: str) -> bool:
         return False
     norm = posixpath.normpath(path)
     return norm == path and not norm.startswith("..") and norm != "."
+
+
+def _entry(e: FileEntry) -> dict:
+    out: dict = {"bytes": e.nbytes, "crc32": f"{e.crc32:08x}"}
+    if len(e.chunks) > 1:
+        out["chunks"] = [f"{c:08x}" for c in e.chunks]
+    return out

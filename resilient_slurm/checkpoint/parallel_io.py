@@ -4,7 +4,8 @@ A file is a list of byte segments in file order: a header, then each tensor's ow
 file is cut into `TASK`-sized byte ranges and one pool of threads works through the ranges of all
 files together, so one 1 GB shard is not left to a single thread while the others idle. Every
 range's CRC is combined into the file's CRC afterwards (`crc32.combine_all`), which is the value
-`zlib.crc32` of the whole file would give.
+`zlib.crc32` of the whole file would give. Writes also keep the CRC of every CHUNK_BYTES chunk (the
+manifest lists them), so `read_ranges` can check a few ranges of a file without reading the rest.
 
 Writes go through O_DIRECT with page-aligned buffers: measured on our machines, that writes about
 twice as fast as page-cache writes plus fsync, and steadier, and it leaves the page cache to
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from resilient_slurm.checkpoint.crc32 import combine_all
+from resilient_slurm.checkpoint.manifest import CHUNK_BYTES
 
 BLOCK = 4096
 """O_DIRECT alignment of buffer addresses, file offsets and lengths."""
@@ -53,6 +55,34 @@ class ShortFileError(OSError):
 class FileDigest:
     nbytes: int
     crc32: int
+    chunks: tuple[int, ...] = ()
+    """CRC32 of each CHUNK_BYTES of the file (empty when the file is one chunk or less)."""
+
+
+Part = tuple[int, int, int]
+"""(chunk index, CRC32, length) of some consecutive bytes of a file that lie in one chunk."""
+
+
+def chunk_parts(data: memoryview, offset: int, parts: list[Part]) -> None:
+    """Append the CRCs of `data` (file bytes from `offset`), cut at the file's chunk boundaries."""
+    pos = 0
+    while pos < len(data):
+        index = (offset + pos) // CHUNK_BYTES
+        n = min(len(data) - pos, (index + 1) * CHUNK_BYTES - (offset + pos))
+        parts.append((index, zlib.crc32(data[pos : pos + n]), n))
+        pos += n
+
+
+def digest(nbytes: int, parts: list[Part]) -> FileDigest:
+    """A file's digest from the CRCs of all its bytes, as parts in file order."""
+    chunks: list[tuple[int, int]] = []  # (crc, length) of each chunk
+    for index, crc, n in parts:
+        if index < len(chunks):
+            chunks[index] = (combine_all([chunks[index], (crc, n)]), chunks[index][1] + n)
+        else:
+            chunks.append((crc, n))
+    crc = combine_all(chunks)
+    return FileDigest(nbytes, crc, tuple(c for c, _ in chunks) if len(chunks) > 1 else ())
 
 
 @dataclass(frozen=True)
@@ -88,7 +118,7 @@ def write_files(files: Sequence[OutFile], threads: int) -> list[FileDigest]:
             fds.append(_open_new(f.path))
         ranges = [(i, start, min(start + TASK, f.nbytes)) for i, f in enumerate(files)
                   for start in range(0, f.nbytes, TASK)]
-        crcs = _run(threads, lambda r: _write_range(files[r[0]], fds[r[0]], r[1], r[2]), ranges)
+        chunks = _run(threads, lambda r: _write_range(files[r[0]], fds[r[0]], r[1], r[2]), ranges)
 
         def finish(i: int) -> None:
             if files[i].nbytes % BLOCK:
@@ -100,7 +130,10 @@ def write_files(files: Sequence[OutFile], threads: int) -> list[FileDigest]:
     finally:
         for fd in fds:
             os.close(fd)
-    return [FileDigest(f.nbytes, crc) for f, crc in zip(files, _file_crcs(len(files), ranges, crcs))]
+    per_file: list[list[Part]] = [[] for _ in files]
+    for (i, _, _), parts in zip(ranges, chunks):
+        per_file[i].extend(parts)  # ranges are in file order within each file
+    return [digest(f.nbytes, c) for f, c in zip(files, per_file)]
 
 
 def read_files(files: Sequence[InFile], threads: int) -> list[int]:
@@ -147,25 +180,25 @@ def _open_new(path: str) -> int:
         return os.open(path, flags, 0o644)
 
 
-def _write_range(f: OutFile, fd: int, start: int, end: int) -> int:
-    """Write file bytes [start, end) at their offset; their CRC32."""
+def _write_range(f: OutFile, fd: int, start: int, end: int) -> list[Part]:
+    """Write file bytes [start, end) at their offset; their CRCs, by chunk."""
+    parts: list[Part] = []
     if f.aligned is not None:
-        crc = zlib.crc32(f.aligned[start:end])
+        chunk_parts(f.aligned[start:end], start, parts)
         _pwrite(fd, f.aligned[start : round_up(end)], start)
-        return crc
-    crc = 0
+        return parts
     with _bounce() as buf:
         starts = _segment_starts(f.segments)
         pos = start
         while pos < end:
             n = min(CHUNK, end - pos)
             _gather(f.segments, starts, pos, buf[:n])
-            crc = zlib.crc32(buf[:n], crc)
+            chunk_parts(buf[:n], pos, parts)
             padded = round_up(n)
             buf[n:padded] = bytes(padded - n)
             _pwrite(fd, buf[:padded], pos)
             pos += n
-    return crc
+    return parts
 
 
 def _pwrite(fd: int, data: memoryview, offset: int) -> None:
@@ -258,3 +291,36 @@ def _huge_pages(region: mmap.mmap) -> mmap.mmap:
     # pages (fewer pages to pin per write).
     region.madvise(mmap.MADV_HUGEPAGE)
     return region
+
+
+class ChecksumError(OSError):
+    """Bytes read do not match their recorded CRC."""
+
+
+def read_ranges(path: str, nbytes: int, chunks: Sequence[int], spans: Sequence[tuple[int, memoryview]]) -> int:
+    """Fill each (file offset, destination) span from the file, checking the CRC of every chunk the
+    spans touch (each chunk read once, whole); the bytes read. `chunks` are the file's chunk CRCs
+    (a file of one chunk passes its whole-file CRC)."""
+    needed = sorted({i for off, dst in spans if len(dst)
+                     for i in range(off // CHUNK_BYTES, (off + len(dst) - 1) // CHUNK_BYTES + 1)})
+    read = 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = bytearray(CHUNK_BYTES)
+        for index in needed:
+            start = index * CHUNK_BYTES
+            length = min(CHUNK_BYTES, nbytes - start)
+            view = memoryview(buf)[:length]
+            got = os.preadv(fd, [view], start)
+            if got != length:
+                raise ShortFileError(errno.EIO, f"{path} ends at byte {start + got}, before the end of its data")
+            if zlib.crc32(view) != chunks[index]:
+                raise ChecksumError(errno.EIO, f"checksum mismatch in {os.path.basename(path)} at byte {start}")
+            read += length
+            for off, dst in spans:
+                lo, hi = max(off, start), min(off + len(dst), start + length)
+                if lo < hi:
+                    dst[lo - off : hi - off] = view[lo - start : hi - start]
+    finally:
+        os.close(fd)
+    return read

@@ -22,6 +22,9 @@ from resilient_slurm.checkpoint.parallel_io import (
     FileDigest,
     InFile,
     OutFile,
+    Part,
+    chunk_parts,
+    digest,
     read_files,
     write_files,
 )
@@ -102,7 +105,9 @@ def write_bytes(path: str, data: bytes) -> FileDigest:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return FileDigest(len(data), zlib.crc32(data))
+    parts: list[Part] = []
+    chunk_parts(memoryview(data), 0, parts)
+    return digest(len(data), parts)
 
 
 def parse_header(prefix: bytes, file_size: int) -> Header:

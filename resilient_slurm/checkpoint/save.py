@@ -33,7 +33,7 @@ from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.manifest import FileEntry, Manifest
 from resilient_slurm.checkpoint.parallel_io import OutFile, write_files
 from resilient_slurm.checkpoint.safetensors_io import out_file, write_bytes
-from resilient_slurm.checkpoint.state import Snapshot
+from resilient_slurm.checkpoint.state import Held, Snapshot
 from resilient_slurm.checkpoint.verify import check_files
 from resilient_slurm.ledger import utc_now
 
@@ -87,19 +87,28 @@ def rank_files(snap: Snapshot, rank: int, world_size: int, max_shard_bytes: int)
     for prefix, named in ((layout.MODEL, snap.model), (layout.OPTIMIZER, snap.optimizer)):
         if not named:
             continue
-        sizes = {n: t.numel() * t.element_size() for n, t in named.items()}
-        total += sum(sizes.values())
-        plan = layout.plan_shards(prefix, list(sizes.items()), world_size, max_shard_bytes)
-        plans += [(s.filename, s.rank, s.names) for s in plan]
-        tensors += [(s.filename, [(n, named[n]) for n in s.names]) for s in plan if s.rank == rank]
-        index = layout.index_for(plan, sizes)
-        if index is not None and rank == 0:
-            blobs.append((layout.index_file(prefix), _json(index)))
+        specs = [h.spec for h in named.values()]
+        total += sum(s.nbytes for s in specs)
+        plan = layout.plan_pieces(prefix, specs, world_size, max_shard_bytes)
+        plans += [(f.filename, f.rank, f.pieces) for f in plan]
+        for f in plan:
+            if f.rank == rank:
+                tensors.append((f.filename, [(p.name, _rows(named[p.name], p)) for p in f.pieces]))
+        if rank == 0:
+            blobs.append((layout.shards_file(prefix), _json(layout.shards_index(specs, plan))))
     blobs.append((layout.rng_file(rank), _json(snap.rng)))
     if rank == 0:
         blobs += [(name, _json(body)) for name, body in snap.json_files.items()]
     digest = hashlib.sha256(repr(plans).encode()).hexdigest()
     return RankFiles(tensors, blobs, digest, total)
+
+
+def _rows(h: Held, piece: layout.Piece) -> torch.Tensor:
+    """The tensor of one planned piece: this rank's own rows, or a whole replicated tensor."""
+    if (piece.start, piece.stop) != (h.start, h.start + (h.data.shape[0] if h.data.ndim else 1)):
+        raise SaveError(f"{piece.name}: this rank holds rows from {h.start}, the plan wants "
+                        f"[{piece.start}, {piece.stop}); ranks disagree on the sharding")
+    return h.data
 
 
 def save(root: Path, step: int, snap: Snapshot, comm: Collectives, max_shard_bytes: int, io_threads: int,
@@ -131,10 +140,10 @@ def write_and_commit(
     outcome: tuple[bool, object]
     try:
         digests = write_files(outs, io_threads)
-        entries = {os.path.relpath(o.path, tmp): FileEntry(d.nbytes, d.crc32) for o, d in zip(outs, digests)}
+        entries = {os.path.relpath(o.path, tmp): FileEntry(d.nbytes, d.crc32, d.chunks) for o, d in zip(outs, digests)}
         for rel, data in blobs:
             d = write_bytes(str(tmp / rel), data)
-            entries[rel] = FileEntry(d.nbytes, d.crc32)
+            entries[rel] = FileEntry(d.nbytes, d.crc32, d.chunks)
         outcome = (True, entries)
     except Exception as e:  # noqa: BLE001 - every rank must reach the all-gather, or the others hang
         outcome = (False, f"rank {comm.rank}: {e.__class__.__name__}: {e}")

@@ -1,8 +1,10 @@
 """Training state as named tensors and JSON, and back: no pickle anywhere.
 
-Optimizer state is keyed by parameter name (`<param fqn>.<state key>`), not by position, so it
-survives a change of world size or parameter order. RNG states are JSON (the torch generator's
-byte state as base64).
+A rank contributes *pieces*: its own rows of each sharded tensor (FSDP2 holds rows [start, stop) of
+dim 0 of every parameter and of its AdamW state, as DTensors), and whole tensors for what every rank
+holds alike (a plain model, AdamW's step count). Optimizer state is keyed by parameter name
+(`<param fqn>.<state key>`), not by position, so it survives a change of world size or parameter
+order. RNG states are JSON (the torch generator's byte state as base64).
 """
 
 from __future__ import annotations
@@ -15,16 +17,28 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor, Shard
 
 from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.safetensors_io import DTYPE_NAMES
+
+
+@dataclass(frozen=True)
+class Held:
+    """What this rank holds of one tensor of the state."""
+
+    data: torch.Tensor
+    """Its rows [start, start + rows) of dim 0 (all of it when not sharded); on any device."""
+    spec: layout.TensorSpec
+    start: int
 
 
 @dataclass
 class Snapshot:
     """Everything one rank contributes to a checkpoint."""
 
-    model: dict[str, torch.Tensor]
-    optimizer: dict[str, torch.Tensor]
+    model: dict[str, Held]
+    optimizer: dict[str, Held]
     rng: dict[str, Any]
     json_files: dict[str, Any] = field(default_factory=dict)
     """Files rank 0 writes (train_state.json, scheduler.json, optimizer.json), by name."""
@@ -46,16 +60,38 @@ def capture_snapshot(model: nn.Module, optimizer: torch.optim.Optimizer,
     )
 
 
-def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The model's tensors by HF name, each storage once (a tied lm_head is left out, as HF does)."""
-    out: dict[str, torch.Tensor] = {}
+def local_rows(t: torch.Tensor) -> tuple[int, int]:
+    """The rows [start, stop) of the global tensor this rank holds: all of them for a plain tensor."""
+    if not isinstance(t, DTensor):
+        return 0, t.shape[0] if t.ndim else 1
+    if t.placements != (Shard(0),):
+        raise ValueError(f"unsupported placement {t.placements}: checkpoints save FSDP2's Shard(0) only")
+    mesh = t.device_mesh
+    start, stop = layout.shard_rows(t.shape[0], mesh.size(), mesh.get_local_rank())
+    if t.to_local().shape[0] != stop - start:
+        raise ValueError(f"FSDP2 holds {t.to_local().shape[0]} rows of a {t.shape[0]}-row tensor here, not "
+                         f"{stop - start}: its sharding rule changed, so checkpoints would be wrong")
+    return start, stop
+
+
+def held(t: torch.Tensor, name: str) -> Held:
+    """`t` (a DTensor or a plain tensor) as this rank's piece of the tensor `name`."""
+    t = t.detach()
+    start, _ = local_rows(t)
+    local = t.to_local() if isinstance(t, DTensor) else t
+    spec = layout.TensorSpec(name, tuple(t.shape), DTYPE_NAMES[t.dtype], t.element_size(), isinstance(t, DTensor))
+    return Held(local, spec, start)
+
+
+def model_tensors(model: nn.Module) -> dict[str, Held]:
+    """The model's tensors by HF name, each once (a tied lm_head is left out, as HF does)."""
+    out: dict[str, Held] = {}
     seen: set[int] = set()
-    for name, t in model.state_dict(keep_vars=False).items():
-        ptr = t.untyped_storage().data_ptr()
-        if ptr in seen:
+    for name, t in model.state_dict(keep_vars=True).items():
+        if id(t) in seen:
             continue
-        seen.add(ptr)
-        out[name] = t.detach()
+        seen.add(id(t))
+        out[name] = held(t, name)
     return out
 
 
@@ -63,16 +99,16 @@ def param_names(model: nn.Module) -> dict[nn.Parameter, str]:
     return {p: name for name, p in model.named_parameters()}
 
 
-def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> dict[str, torch.Tensor]:
+def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> dict[str, Held]:
     """Named optimizer tensors in a canonical order (parameter order, then key): every rank must
     derive the same shard plan from it, whatever order the state was created or loaded in."""
-    out: dict[str, torch.Tensor] = {}
+    out: dict[str, Held] = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
             for key, value in sorted(optimizer.state.get(p, {}).items()):
                 if not isinstance(value, torch.Tensor):
                     raise TypeError(f"optimizer state {names[p]}.{key} is not a tensor; cannot save without pickle")
-                out[f"{names[p]}.{key}"] = value.detach()
+                out[f"{names[p]}.{key}"] = held(value, f"{names[p]}.{key}")
     return out
 
 
@@ -90,7 +126,8 @@ def restore_optimizer(
     meta: dict[str, Any],
     tensors: dict[str, torch.Tensor],
 ) -> None:
-    """Install loaded state; the group layout must match the current model's."""
+    """Install loaded state (this rank's rows of each tensor); the group layout must match the
+    current model's. State shaped like its parameter is sharded like it."""
     by_name = {name: p for p, name in names.items()}
     if meta.get("type") != type(optimizer).__name__ or len(meta["param_groups"]) != len(optimizer.param_groups):
         raise ValueError("optimizer.json does not match this optimizer (type or number of groups)")
@@ -105,7 +142,12 @@ def restore_optimizer(
         pname, key = full_name.rsplit(".", 1)
         if pname not in by_name:
             raise ValueError(f"optimizer state for unknown parameter {pname}")
-        optimizer.state[by_name[pname]][key] = tensor
+        p = by_name[pname]
+        # AdamW keeps its step count on the CPU, whatever the parameter's device.
+        value = tensor if tensor.ndim == 0 else tensor.to(p.device)
+        if isinstance(p, DTensor) and tensor.ndim:
+            value = DTensor.from_local(value, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
+        optimizer.state[p][key] = value
 
 
 def capture_rng() -> dict[str, Any]:

@@ -13,7 +13,9 @@ from resilient_slurm.checkpoint.manifest import (
     is_safe_relative,
 )
 from resilient_slurm.checkpoint.safetensors_io import (
+    DTYPES,
     FormatError,
+    Header,
     file_crc32,
     read_header,
 )
@@ -73,30 +75,64 @@ def _check_structure(path: Path, manifest: Manifest) -> str | None:
     files = manifest.files
     if layout.TRAIN_STATE not in files:
         return f"no {layout.TRAIN_STATE} in the manifest"
-    for prefix, required in ((layout.MODEL, True), (layout.OPTIMIZER, False)):
-        problem = _check_weights(path, files, prefix, required)
-        if problem:
-            return problem
+    headers: dict[str, Header] = {}
+    docs: dict[str, object] = {}
     for rel in files:
         if rel.endswith(".safetensors"):
             try:
-                read_header(str(path / rel))
+                headers[rel] = read_header(str(path / rel))
             except FormatError as e:
                 return f"bad safetensors header in {rel}: {e}"
         elif rel.endswith(".json"):
             try:
-                json.loads((path / rel).read_bytes())
+                docs[rel] = json.loads((path / rel).read_bytes())
             except (UnicodeDecodeError, json.JSONDecodeError):
                 return f"{rel} is not valid JSON"
+    for prefix, required in ((layout.MODEL, True), (layout.OPTIMIZER, False)):
+        if layout.shards_file(prefix) in files:
+            problem = _check_pieces(layout.shards_file(prefix), docs[layout.shards_file(prefix)], headers)
+        else:
+            problem = _check_weights(path, files, prefix, required)
+        if problem:
+            return problem
+    return None
+
+
+def _check_pieces(index_name: str, index: object, headers: dict[str, Header]) -> str | None:
+    """Every tensor of a shards index is covered by its pieces, row by row, exactly once, and each
+    piece is in its file with the shape and dtype the index says."""
+    try:
+        tensors = index["tensors"]  # type: ignore[index]
+        for name, t in tensors.items():
+            shape, dtype = tuple(t["shape"]), DTYPES[t["dtype"]]
+            rows = shape[0] if shape else 1
+            covered = 0
+            for rel, start, stop in sorted(t["pieces"], key=lambda p: p[1]):
+                if not is_safe_relative(rel):
+                    return f"{index_name} entry {rel!r} names a path outside the directory"
+                if rel not in headers:
+                    return f"{index_name} names {rel}, which is not in the manifest"
+                if start != covered or stop <= start:
+                    return f"{index_name}: the pieces of {name} do not cover its rows once each"
+                info = headers[rel].tensors.get(name)
+                expect = ((stop - start, *shape[1:]) if shape else ())
+                if info is None or info.dtype != dtype or info.shape != expect:
+                    return f"{rel} does not hold rows {start}..{stop} of {name} as {index_name} says"
+                covered = stop
+            if covered != rows:
+                return f"{index_name}: the pieces of {name} cover {covered} of its {rows} rows"
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return f"{index_name} is malformed ({e.__class__.__name__}: {e})"
     return None
 
 
 def _check_weights(path: Path, files: dict, prefix: str, required: bool) -> str | None:
+    """Version 1: `<prefix>.safetensors`, or an HF-style index naming its files."""
     single, index = f"{prefix}.safetensors", layout.index_file(prefix)
     if single in files:
         return None
     if index not in files:
-        return f"no {single} or {index}" if required else None
+        return f"no {single} or {layout.shards_file(prefix)}" if required else None
     try:
         weight_map = json.loads((path / index).read_bytes())["weight_map"]
         targets = set(weight_map.values())

@@ -1,7 +1,9 @@
-"""torch.distributed for the training loop: process-group setup and the few collectives it needs.
+"""torch.distributed for the training loop: process-group setup, the device, and the few collectives
+the loop needs besides FSDP2's own.
 
-One rank (no process group) takes the same code path with trivial collectives, so the loop never
-branches on the world size.
+Every run has a process group, one rank included (an in-process store, no port): FSDP2 shards over
+a device mesh even of size one, so the loop and the checkpoints take one code path at any world
+size. The device follows the backend: NCCL means this rank's GPU, also for a single rank.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 
 
 @dataclass(frozen=True)
@@ -51,21 +54,25 @@ class Comm:
         self.local_rank = info.local_rank
         self.backend = pick_backend(backend)
         self.device = torch.device("cpu")
-        if self.world_size == 1:
-            return
         if self.backend == "nccl":
             self.device = torch.device("cuda", info.local_rank)
             torch.cuda.set_device(self.device)
-        # A store of our own per process group: a fresh rendezvous each time the job starts, so
-        # stale keys from an earlier attempt can never be picked up (seen with gloo restarts).
-        store = dist.TCPStore(
-            info.master_addr, info.master_port, info.world_size, is_master=info.rank == 0,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        store: dist.Store
+        if self.world_size == 1:
+            store = dist.HashStore()
+        else:
+            # A store of our own per process group: a fresh rendezvous each time the job starts, so
+            # stale keys from an earlier attempt can never be picked up (seen with gloo restarts).
+            store = dist.TCPStore(
+                info.master_addr, info.master_port, info.world_size, is_master=info.rank == 0,
+                timeout=timedelta(seconds=timeout_s),
+            )
         dist.init_process_group(
             self.backend, store=store, rank=info.rank, world_size=info.world_size,
             timeout=timedelta(seconds=timeout_s),
         )
+        self.mesh = init_device_mesh(self.device.type, (self.world_size,))
+        """The mesh FSDP2 shards over: all ranks, on this rank's device type."""
 
     @property
     def distributed(self) -> bool:
@@ -97,5 +104,5 @@ class Comm:
         return out
 
     def close(self) -> None:
-        if self.distributed and dist.is_initialized():
+        if dist.is_initialized():
             dist.destroy_process_group()

@@ -1,8 +1,11 @@
-"""One optimizer step, data-parallel over any number of ranks. Knows nothing of Slurm, Hydra or wandb.
+"""One optimizer step of the sharded model over the global batch. Knows nothing of Slurm, Hydra or wandb.
 
 The loss is the mean over every target token of the global batch (all ranks, all micro-batches),
-so a step means the same thing whatever the world size and accumulation. Gradients live in one
-flat buffer that is summed over ranks with a single all-reduce, with no copies.
+so a step means the same thing whatever the world size and accumulation: each micro-batch's
+summed loss is divided by the global target-token count before its backward, and FSDP2 sums the
+gradients over ranks (runtime/parallel.py). FSDP2 reduce-scatters after every micro-batch's
+backward, so no rank ever holds a whole gradient; the accumulation happens in the sharded float32
+gradients. Clipping uses the global norm of the sharded gradients.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from resilient_slurm.runtime.distributed import Comm
+from resilient_slurm.workload.batches import Batch
 from resilient_slurm.workload.model import IGNORE_INDEX, token_loss_sum
 
 
@@ -23,9 +28,9 @@ class StepResult:
     grad_norm: float
     lr: float
     tokens: int
-    """Tokens processed in the global batch (samples x sequence length)."""
+    """Tokens processed in the global batch (rows x sequence length)."""
     target_tokens: int
-    """Tokens the loss is taken over (responses, not prompts or padding)."""
+    """Tokens the loss is taken over (assistant turns by default; not prompts or padding)."""
     seconds: float
     compute_s: float
     """This rank's own forward and backward, between the collectives: where a slow GPU shows (the
@@ -47,39 +52,28 @@ class Trainer:
         self.comm = comm
         self.grad_clip = grad_clip
         self.params = [p for p in model.parameters() if p.requires_grad]
-        dtypes = {p.dtype for p in self.params}
-        if len(dtypes) != 1:
-            raise ValueError(f"parameters must share one dtype for the flat gradient buffer, got {dtypes}")
-        self.flat_grad = torch.zeros(sum(p.numel() for p in self.params), dtype=dtypes.pop(), device=comm.device)
-        offset = 0
-        for p in self.params:
-            # Gradients accumulate straight into views of the flat buffer; never set them to None.
-            p.grad = self.flat_grad[offset : offset + p.numel()].view_as(p)
-            offset += p.numel()
 
-    def step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], poison: bool = False) -> StepResult:
+    def step(self, micro_batches: list[Batch], poison: bool = False) -> StepResult:
         """One optimizer step. `poison` (fault injection) makes the loss NaN, like a bad batch does."""
         start = time.perf_counter()
-        local_targets = float(sum(int((t != IGNORE_INDEX).sum()) for _, t in micro_batches))
-        local_inputs = float(sum(i.numel() for i, _ in micro_batches))
+        local_targets = float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro_batches))
+        local_inputs = float(sum(b.input_ids.numel() for b in micro_batches))
         global_tokens, global_inputs = self.comm.sum_floats([local_targets, local_inputs])
         compute_start = time.perf_counter()
-        self.flat_grad.zero_()
+        self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float64)
         self.model.train()
-        for inputs, targets in micro_batches:
-            inputs, targets = inputs.to(self.comm.device), targets.to(self.comm.device)
-            micro_loss = token_loss_sum(self.model(inputs), targets)
+        for batch in micro_batches:
+            b = batch.to(self.comm.device)
+            micro_loss = token_loss_sum(self.model(b.input_ids, b.position_ids, b.document_ids), b.labels)
             if poison:
                 micro_loss = micro_loss * float("nan")
-            (micro_loss / global_tokens).backward()
+            (micro_loss / max(global_tokens, 1.0)).backward()
             loss_sum += micro_loss.detach().double().cpu()
         compute_s = time.perf_counter() - compute_start
-        self.comm.all_reduce_sum_(self.flat_grad)
-        if self.grad_clip > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip))
-        else:
-            grad_norm = float(self.flat_grad.norm())
+        max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        grad_norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         self.scheduler.step()

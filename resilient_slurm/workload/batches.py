@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from resilient_slurm.config import DataConfig
-from resilient_slurm.workload.data import SampleStream, SamplerState, rank_micro_batches
+from resilient_slurm.workload.data import SamplerState, SampleStream, rank_micro_batches
 from resilient_slurm.workload.packing import labels_and_positions
 
 

@@ -182,6 +182,16 @@ def init_value(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int) -
     return torch.randn(shape, generator=generator) * cfg.init_std
 
 
+@torch.no_grad()
+def plain_model(cfg: ModelConfig, seed: int) -> LlamaForCausalLM:
+    """The model unsharded, with its random initial values: for code without a process group
+    (benchmarks, tests); training builds it sharded (runtime/parallel.py) from the same values."""
+    model = LlamaForCausalLM(cfg)
+    for name, p in model.named_parameters():
+        p.copy_(init_value(name, tuple(p.shape), cfg, seed))
+    return model
+
+
 def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Summed cross-entropy over target positions (IGNORE_INDEX positions, e.g. prompts, excluded)."""
     return F.cross_entropy(

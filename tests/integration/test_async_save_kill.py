@@ -17,14 +17,14 @@ from resilient_slurm.checkpoint import store
 from resilient_slurm.checkpoint.async_save import AsyncSaver
 from resilient_slurm.checkpoint.state import Snapshot
 from resilient_slurm.checkpoint.verify import verify
-from resilient_slurm.runtime.distributed import Comm, RankInfo
+from tests.single_rank import one_rank
 
 pytestmark = pytest.mark.slow
 
 
 def _train_and_save_forever(root: str) -> None:
     torch.set_num_threads(1)
-    saver = AsyncSaver(Path(root), Comm(RankInfo(0, 1, 0, "127.0.0.1", 0)), max_shard_bytes=8 << 20, io_threads=2)
+    saver = AsyncSaver(Path(root), one_rank(), max_shard_bytes=8 << 20, io_threads=2)
     model = {f"layer{i}.weight": torch.empty(512, 1024) for i in range(8)}  # 16 MB
     optim = {f"layer{i}.weight.exp_avg": torch.empty(512, 1024) for i in range(8)}
     step = max([s for s, _ in store.list_step_dirs(Path(root))], default=0)

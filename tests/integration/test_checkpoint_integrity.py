@@ -17,7 +17,6 @@ from resilient_slurm.checkpoint.state import Snapshot
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind
-from resilient_slurm.runtime.distributed import Comm, RankInfo
 from tests.integration.runs import (
     assert_bit_identical,
     events,
@@ -27,12 +26,13 @@ from tests.integration.runs import (
     launch,
     run_dir,
 )
+from tests.single_rank import one_rank
 
 pytestmark = pytest.mark.slow
 
 
 def _save_forever(root: str) -> None:
-    comm = Comm(RankInfo(0, 1, 0, "127.0.0.1", 0))
+    comm = one_rank()
     g = torch.Generator().manual_seed(0)
     model = {f"layer{i}.weight": torch.randn(512, 1024, generator=g) for i in range(8)}  # 16 MB
     optim = {f"layer{i}.weight.exp_avg": torch.randn(512, 1024, generator=g) for i in range(8)}

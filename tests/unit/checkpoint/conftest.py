@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from resilient_slurm.checkpoint.save import save
-from resilient_slurm.checkpoint.state import Snapshot
-from resilient_slurm.runtime.distributed import Comm, RankInfo
+from resilient_slurm.checkpoint.state import Snapshot, held
+from resilient_slurm.runtime.distributed import Comm
+from tests.single_rank import one_rank
 
 
 def snapshot(step: int = 1, seed: int = 0) -> Snapshot:
@@ -15,14 +16,15 @@ def snapshot(step: int = 1, seed: int = 0) -> Snapshot:
              "lm_head.weight": torch.randn(64, 16, generator=g)}
     optim = {f"{k}.exp_avg": torch.randn(v.shape, generator=g) for k, v in model.items()}
     optim.update({f"{k}.step": torch.tensor(float(step)) for k in model})
-    return Snapshot(model=model, optimizer=optim, rng={"python": [1, 2, 3]},
+    return Snapshot(model={k: held(v, k) for k, v in model.items()}, optimizer={k: held(v, k) for k, v in optim.items()},
+                    rng={"python": [1, 2, 3]},
                     json_files={"train_state.json": {"step": step}, "scheduler.json": {"last_epoch": step},
                                 "optimizer.json": {"param_groups": []}})
 
 
 @pytest.fixture
 def single_comm() -> Comm:
-    return Comm(RankInfo(0, 1, 0, "127.0.0.1", 0))
+    return one_rank()
 
 
 @pytest.fixture

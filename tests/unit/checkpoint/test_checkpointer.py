@@ -21,7 +21,7 @@ from resilient_slurm.config import (
     ColdTierConfig,
 )
 from resilient_slurm.ledger import EventLog, Kind, Start, parse, read_events
-from resilient_slurm.runtime.distributed import Comm, RankInfo
+from tests.single_rank import one_rank
 from tests.unit.checkpoint.conftest import snapshot
 from tests.unit.checkpoint.tiny import trained
 
@@ -35,7 +35,7 @@ def run_dir(tmp_path):
 
 def make(run_dir, cluster=None, **cfg) -> Checkpointer:
     events = EventLog(run_dir / "events.jsonl")
-    return Checkpointer(run_dir, CheckpointConfig(**cfg), cluster or ClusterConfig(), Comm(RankInfo(0, 1, 0, "", 0)),
+    return Checkpointer(run_dir, CheckpointConfig(**cfg), cluster or ClusterConfig(), one_rank(),
                         events)
 
 

@@ -10,10 +10,10 @@ from resilient_slurm.checkpoint.state import (
     param_names,
 )
 from resilient_slurm.checkpoint.verify import verify
-from resilient_slurm.runtime.distributed import Comm, RankInfo
+from tests.single_rank import one_rank
 from tests.unit.checkpoint.tiny import trained
 
-COMM = Comm(RankInfo(0, 1, 0, "", 0))
+COMM = one_rank()
 
 
 
@@ -27,12 +27,12 @@ def saved(root, step, seed=0):
 def test_optimizer_state_that_exists_is_loaded_in_place(tmp_path):
     path, (model, opt) = saved(tmp_path, 1)
     target_model, target_opt, target_sched = trained(7)
-    before = {n: t.data_ptr() for n, t in optimizer_tensors(target_opt, param_names(target_model)).items()}
+    before = {n: h.data.data_ptr() for n, h in optimizer_tensors(target_opt, param_names(target_model)).items()}
     load_into(path, verify(path).manifest, 0, target_model, target_opt, target_sched, io_threads=2)
     after = optimizer_tensors(target_opt, param_names(target_model))
-    assert {n: t.data_ptr() for n, t in after.items()} == before
-    for n, t in optimizer_tensors(opt, param_names(model)).items():
-        assert torch.equal(after[n], t)
+    assert {n: h.data.data_ptr() for n, h in after.items()} == before
+    for n, h in optimizer_tensors(opt, param_names(model)).items():
+        assert torch.equal(after[n].data, h.data)
 
 
 def test_a_rank_without_saved_rng_states_is_seeded_from_run_step_and_rank(tmp_path):

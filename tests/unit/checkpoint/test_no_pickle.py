@@ -14,14 +14,14 @@ from resilient_slurm.checkpoint.state import (
     param_names,
 )
 from resilient_slurm.config import OptimConfig
-from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-from resilient_slurm.workload.model import build_model
+from resilient_slurm.workload.model import plain_model
+from tests.single_rank import one_rank
 from tests.unit.checkpoint.tiny import TINY, trained
 
 
 def test_checkpoint_files_are_safetensors_or_json_and_resume_never_unpickles(tmp_path, monkeypatch):
-    comm = Comm(RankInfo(0, 1, 0, "127.0.0.1", 0))
+    comm = one_rank()
     model, opt, sched = trained(0)
     names = param_names(model)
     snap = capture_snapshot(model, opt, sched, {"step": 1})
@@ -41,7 +41,7 @@ def test_checkpoint_files_are_safetensors_or_json_and_resume_never_unpickles(tmp
     monkeypatch.setattr(torch, "load", refuse)
     monkeypatch.setattr(pickle, "load", refuse)
     monkeypatch.setattr(pickle, "loads", refuse)
-    fresh = build_model(TINY, 99)
+    fresh = plain_model(TINY, 99)
     fresh_opt = build_optimizer(fresh, OptimConfig())
     fresh_sched = build_scheduler(fresh_opt, OptimConfig(), 10)
     outcome = resume(tmp_path, comm, fresh, fresh_opt, fresh_sched, io_threads=2)

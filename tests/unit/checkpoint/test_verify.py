@@ -31,7 +31,7 @@ def test_sharded_checkpoint_verifies(make_checkpoint):
     assert "model.safetensors" in names  # the tiny model fits one file
     ckpt2 = make_checkpoint(step=2, max_shard_bytes=1)  # every tensor its own shard
     names2 = sorted(p.name for p in ckpt2.iterdir())
-    assert "model.safetensors.index.json" in names2 and "model-00001-of-00003.safetensors" in names2
+    assert "model.shards.json" in names2 and "model-00001-of-00003.safetensors" in names2
     assert verify(ckpt2).ok
 
 
@@ -63,18 +63,35 @@ def test_damaged_checkpoints_are_rejected_with_the_reason(make_checkpoint, case)
     assert reason in verdict.reason
 
 
+def _rewrite_index(ckpt, edit):
+    """Change model.shards.json and keep the manifest consistent, so only the index is wrong."""
+    import zlib
+
+    index = ckpt / "model.shards.json"
+    body = json.loads(index.read_text())
+    edit(body["tensors"])
+    index.write_text(json.dumps(body))
+    _set_manifest(ckpt, lambda m: m["files"]["model.shards.json"].update(
+        bytes=index.stat().st_size, crc32=f"{zlib.crc32(index.read_bytes()):08x}"))
+
+
 def test_index_entry_outside_the_directory(make_checkpoint):
     ckpt = make_checkpoint(max_shard_bytes=1)
-    index = ckpt / "model.safetensors.index.json"
-    body = json.loads(index.read_text())
-    body["weight_map"]["lm_head.weight"] = "../../etc/passwd"
-    index.write_text(json.dumps(body))
-    # keep the manifest consistent so only the index entry is wrong
-    import zlib
-    _set_manifest(ckpt, lambda m: m["files"]["model.safetensors.index.json"].update(
-        bytes=index.stat().st_size, crc32=f"{zlib.crc32(index.read_bytes()):08x}"))
+    _rewrite_index(ckpt, lambda t: t["lm_head.weight"]["pieces"][0].__setitem__(0, "../../etc/passwd"))
     verdict = verify(ckpt)
     assert not verdict.ok and "names a path outside the directory" in verdict.reason
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda t: t["lm_head.weight"]["pieces"].append(["model-00001-of-00003.safetensors", 0, 1]), "do not cover"),
+    (lambda t: t["lm_head.weight"]["shape"].__setitem__(0, 65), "cover 64 of its 65 rows"),
+    (lambda t: t["lm_head.weight"].update(dtype="BF16"), "does not hold rows 0..64 of lm_head.weight"),
+])
+def test_a_shards_index_that_does_not_match_the_files_is_rejected(make_checkpoint, edit, reason):
+    ckpt = make_checkpoint(max_shard_bytes=1)
+    _rewrite_index(ckpt, edit)
+    verdict = verify(ckpt)
+    assert not verdict.ok and reason in verdict.reason, verdict.reason
 
 
 def test_cli_exit_codes_and_one_line(make_checkpoint, tmp_path):

@@ -4,7 +4,7 @@ import torch
 
 from resilient_slurm.config import ModelConfig, OptimConfig
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-from resilient_slurm.workload.model import build_model
+from resilient_slurm.workload.model import plain_model
 
 TINY = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
                    max_seq_len=16)
@@ -13,7 +13,7 @@ TINY = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_laye
 def trained(seed: int):
     """(model, optimizer, scheduler) after one step; the same seed gives the same state."""
     torch.manual_seed(seed)
-    model = build_model(TINY, seed)
+    model = plain_model(TINY, seed)
     opt = build_optimizer(model, OptimConfig())
     sched = build_scheduler(opt, OptimConfig(), 10)
     model(torch.randint(0, 64, (2, 8))).sum().backward()

@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 from resilient_slurm.config import Config
-from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.evaluation import (
     Evaluator,
     ExactMatch,
@@ -25,6 +24,7 @@ from resilient_slurm.workload.data import (
     make_sample,
 )
 from resilient_slurm.workload.model import build_model
+from tests.single_rank import one_rank
 
 
 def small_config(every=10):
@@ -58,7 +58,7 @@ class Oracle(nn.Module):
 
 
 def one_rank():
-    return Comm(RankInfo(0, 1, 0, "127.0.0.1", 0))
+    return one_rank()
 
 
 def test_exact_match_counts_whole_responses():
