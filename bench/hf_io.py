@@ -6,8 +6,9 @@ pretrained directory when it fills only its FSDP2 shard, and the memory of a str
 The model is a Llama-shaped one written by transformers itself (vocab 32000, hidden 768, GQA 12/4
 heads, MLP 2048; about 125M parameters with 12 layers), saved in bf16 as 100 MB shards, as the Hub
 ships models. Each case runs in a fresh process; the "extra" column is its peak RSS during the case
-(VmHWM, reset when the case begins) minus its RSS then (torch imported, file headers parsed). Cases run in a rotated order each rep; the table shows medians of time and the
-largest extra memory seen.
+(VmHWM, reset when the case begins) minus its RSS then (torch imported, file headers parsed).
+Cases run in a rotated order each rep; the table shows medians of time and the largest extra
+memory seen.
 
 - load w=N r=R: rank R of N reads, for every parameter, its dim-0 chunk as FSDP2 shards it (rows
   [R*ceil(n/N), ...)), into float32 master weights: bytes read against the files' bytes, and
@@ -17,7 +18,7 @@ largest extra memory seen.
 - export naive: the whole float32 state dict in memory, then safetensors' save_file in bf16
   (what a gather-to-rank-0 export does), for comparison.
 Holds on a local disk with the page cache warm (the files were just written); it measures bytes
-and memory, which do not depend on the disk, and times that do.
+and memory, which do not depend on the disk; its times do.
 """
 
 from __future__ import annotations

@@ -92,7 +92,8 @@ def write_hf(out_dir: str, tensors: Sequence[tuple[str, Sequence[int]]], read: C
     return shards
 
 
-def _checked_shapes(tensors: Sequence[tuple[str, Sequence[int]]], cfg: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
+def _checked_shapes(tensors: Sequence[tuple[str, Sequence[int]]],
+                    cfg: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
     """The tensors to write, in order (a tied lm_head left out: it is the embedding), each checked
     against the model config, so that what is written is a model transformers can load."""
     expected = expected_shapes(cfg)

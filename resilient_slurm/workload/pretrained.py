@@ -77,7 +77,8 @@ def model_fields(config: Mapping[str, Any], directory: str) -> dict[str, Any]:
             "rms_norm_eps": float(config["rms_norm_eps"]),
         }
     except KeyError as e:
-        raise PretrainedError(f"{directory}: config.json lacks {e.args[0]}; it is not a complete Llama config") from None
+        raise PretrainedError(f"{directory}: config.json lacks {e.args[0]}; it is not a complete Llama "
+                              "config") from None
     head_dim = config.get("head_dim")
     fields["head_dim"] = int(head_dim) if head_dim and int(head_dim) != hidden // heads else None
     fields["rope_theta"], fields["rope_scaling"] = _rope(config, directory)
