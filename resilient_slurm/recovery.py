@@ -204,12 +204,12 @@ def decide(code: int, signal: str | None, error: str | None, history: list[Event
     streak = failure_streak(history)
     failures = len(streak)
     error = _short(error)
-    if failures == 0:
-        return Decision(Action.REQUEUE, f"failed after saving progress; requeued, restart budget untouched: {error}")
     diagnosis = classify(streak) or across_progress(history)
     # Only the nodes failures started on count: a peer that lost its rank fails on another node.
     if diagnosis and diagnosis.kind == "code_bug" and len(diagnosis.nodes) > 1:
         return Decision(Action.GIVE_UP, f"{diagnosis.reason}; a restart will not fix it")
+    if failures == 0:
+        return Decision(Action.REQUEUE, f"failed after saving progress; requeued, restart budget untouched: {error}")
     if failures > max_restarts:
         why = f"; {diagnosis.reason}" if diagnosis else ""
         return Decision(Action.GIVE_UP, f"{failures} consecutive failures without progress exceed the restart "

@@ -235,3 +235,7 @@ def test_decide_stops_a_code_bug_at_its_second_strike_despite_a_checkpoint_in_be
     h = trained(0, "n4", error=BUG) + fails(1, "n6", error=BUG, step=412)
     d = decide(1, None, BUG, h, max_restarts=3)
     assert d.action == GIVE_UP and "code bug" in d.reason and "n4, n6" in d.reason
+    # the second attempt saved a new checkpoint of its own before the step: still the same bug
+    saved = trained(0, "n4", error=BUG) + [ev("start", 1, 0), ev("save", 1, 406, reason="periodic"),
+                                            ev("crash", 1, 412, error=BUG, node="n6")]
+    assert decide(1, None, BUG, saved, max_restarts=3).action == GIVE_UP
