@@ -106,3 +106,11 @@ def test_every_module_imports():
     for path in PACKAGE.rglob("*.py"):
         if path.stem != "__main__":
             importlib.import_module(_module_name(path))
+
+
+def test_no_bench_script_shadows_the_standard_library():
+    """`python bench/X.py` puts bench/ first on sys.path: a bench/tokenize.py broke every other
+    bench (dataclasses -> inspect -> linecache imports `tokenize`)."""
+    bench = PACKAGE.parent / "bench"
+    shadowing = sorted(p.name for p in bench.glob("*.py") if p.stem in sys.stdlib_module_names)
+    assert not shadowing, f"bench/{', bench/'.join(shadowing)} shadow standard-library modules; rename them"

@@ -46,7 +46,8 @@ class Scenario:
     gpus_per_node: int = 8
     days: float = 30.0
     gpu_mtbf_h: float = 10_000.0
-    """Hours between failures of one GPU, every cause counted (`failures.FAULTS` splits them)."""
+    """Hours of training between new failures of one GPU, every cause counted (`failures.FAULTS`
+    splits them); bad nodes and code bugs that strike again come on top."""
     save_s: float = 30.0
     """A checkpoint save from start to committed; a synchronous save blocks training this long."""
     blocking_s: float = 2.0
