@@ -28,6 +28,8 @@ from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import FAILURES, Crash, Event, GaveUp, Hang, Kind, NodeUnhealthy, Requeue, Signal, Stop
 
 WARNING_SIGNALS = ("SIGUSR1", "SIGUSR2")
+HANG_PREFIX = "hang: "
+"""How a hang reads among failures (its reason follows)."""
 # A rank that fails because a peer died or hung reports the collective, not the cause.
 _PEER_FAILURE = re.compile(r"connection closed by peer|connection reset|timed out|timeout|remote worker|"
                            r"nccl|gloo|broken pipe|^hang:", re.IGNORECASE)
@@ -163,7 +165,8 @@ def across_progress(history: list[Event[Any]]) -> Diagnosis | None:
     """The newest failed attempt read with the attempt just before it, even when that one made
     progress (which keeps its failure out of the streak), where chance cannot explain the pair:
     - the same failure after the same step: a code bug (a resumed run reads the same data at that
-      step, whichever checkpoint it resumed from);
+      step, whichever checkpoint it resumed from). Not for hangs: their text names no cause, and
+      one at the step the run resumed from says nothing about that step's data;
     - a start that fails before the first step, with one node among those that failure and the
       failure before it started on: the node broke while training and cannot start again (a dead
       link, a GPU that no longer initialises).
@@ -179,9 +182,9 @@ def across_progress(history: list[Event[Any]]) -> Diagnosis | None:
     diagnosis = classify([newest, before])
     if diagnosis is None:
         return None
-    if diagnosis.kind == "code_bug" or all(f.step is None for f in _origins(newest)):
-        return diagnosis
-    return None
+    if diagnosis.kind == "code_bug":
+        return None if any(f.error.startswith(HANG_PREFIX) for f in newest) else diagnosis
+    return diagnosis if all(f.step is None for f in _origins(newest)) else None
 
 
 def decide(code: int, signal: str | None, error: str | None, history: list[Event[Any]], max_restarts: int) -> Decision:
@@ -243,7 +246,7 @@ def on_findings(kinds: Iterable[str], rollback_on: Iterable[str], rollbacks_done
 
 def _failure_text(e: Event[Any]) -> str:
     if isinstance(e.details, Hang):
-        return f"hang: {e.details.reason}"
+        return HANG_PREFIX + e.details.reason
     return str(e.details.error) if isinstance(e.details, Crash) else "unknown failure"
 
 

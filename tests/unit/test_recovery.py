@@ -199,6 +199,9 @@ BUG = "IndexError: index 4096 is out of bounds for dimension 0 with size 4096"
         (trained(0, "n4", error=BUG) + fails(1, "n6", error=BUG, step=412), "code_bug", None),
         # the start failed after a step: failures sharing a node across progress may be chance
         (trained(0, "n4") + fails(1, "n4", step=0), None, None),
+        # two hangs after the same step (the one resumed from, say): a hang names no cause
+        ([ev("start", 0, 0), ev("save", 0, 100, reason="periodic"), ev("hang", 0, 100, reason="no step", node="n4"),
+          ev("start", 1, 0), ev("hang", 1, 100, reason="no step", node="n6")], None, None),
         # the same failure at another step
         (trained(0, "n4", error=BUG) + trained(1, "n6", error=BUG, step=500), None, None),
         # the start failed on another node than the failure before it
