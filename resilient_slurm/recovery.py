@@ -8,7 +8,9 @@ When an attempt of a Slurm job ends (`decide`):
 - A failure (crash, hang, dead rank): requeue while the failures without progress stay within the
   restart budget; a new checkpoint in between is progress and resets the count. The same failure
   at the same step on different nodes is a code bug: stop and say so. Failures that follow one
-  node across steps are hardware: requeue excluding that node. Out of budget: give up.
+  node across steps are hardware: requeue excluding that node. Two failures in a row tell the
+  same even with progress in between, when chance cannot pair them (`across_progress`). Out of
+  budget: give up.
 
 When the monitor finds an anomaly during training (`on_findings`): roll back to the checkpoint
 before it and skip its data (at most `max_rollbacks` times), or just report it.
@@ -26,6 +28,8 @@ from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import FAILURES, Crash, Event, GaveUp, Hang, Kind, NodeUnhealthy, Requeue, Signal, Stop
 
 WARNING_SIGNALS = ("SIGUSR1", "SIGUSR2")
+HANG_PREFIX = "hang: "
+"""How a hang reads among failures (its reason follows)."""
 # A rank that fails because a peer died or hung reports the collective, not the cause.
 _PEER_FAILURE = re.compile(r"connection closed by peer|connection reset|timed out|timeout|remote worker|"
                            r"nccl|gloo|broken pipe|^hang:", re.IGNORECASE)
@@ -75,16 +79,29 @@ def attempt_key(event: Event[Any]) -> AttemptKey | None:
     return event.job_id, event.restart or 0, event.job_step or 0
 
 
-def failure_streak(history: list[Event[Any]]) -> list[list[Failure]]:
-    """The failures of consecutive failed attempts, newest first, that committed no checkpoint
-    beyond the best one before them. Attempts that ended cleanly (preempted, timed out) neither
-    count nor break the streak."""
+def _attempts(history: list[Event[Any]]) -> list[list[Event[Any]]]:
+    """The events of each attempt, in the order the attempts began."""
     attempts: dict[AttemptKey, list[Event[Any]]] = {}
     for e in history:
         key = attempt_key(e)
         if key is not None:
             attempts.setdefault(key, []).append(e)
-    ordered = list(attempts.values())
+    return list(attempts.values())
+
+
+def _failures(events: list[Event[Any]]) -> list[Failure]:
+    return [Failure(e.step, _failure_text(e), e.node) for e in events if e.kind in FAILURES]
+
+
+def _origins(attempt: list[Failure]) -> list[Failure]:
+    return [f for f in attempt if f.origin] or attempt
+
+
+def failure_streak(history: list[Event[Any]]) -> list[list[Failure]]:
+    """The failures of consecutive failed attempts, newest first, that committed no checkpoint
+    beyond the best one before them. Attempts that ended cleanly (preempted, timed out) neither
+    count nor break the streak."""
+    ordered = _attempts(history)
     best_before = []
     best = -1
     for events in ordered:
@@ -95,7 +112,7 @@ def failure_streak(history: list[Event[Any]]) -> list[list[Failure]]:
         saved = max([-1] + [e.step for e in events if e.kind is Kind.SAVE and e.step is not None])
         if saved > before:
             break
-        failures = [Failure(e.step, _failure_text(e), e.node) for e in events if e.kind in FAILURES]
+        failures = _failures(events)
         if failures:
             streak.append(failures)
     return streak
@@ -122,7 +139,7 @@ def classify(streak: list[list[Failure]]) -> Diagnosis | None:
     """The cause of a streak of two or more failed attempts, when the failures show one."""
     if len(streak) < 2:
         return None
-    origins = [[f for f in attempt if f.origin] or attempt for attempt in streak]
+    origins = [_origins(attempt) for attempt in streak]
     signatures = {(_short(f.error, 120), f.step) for attempt in origins for f in attempt}
     nodes = tuple(sorted({f.node for attempt in origins for f in attempt if f.node}))
     if len(signatures) == 1:
@@ -142,6 +159,32 @@ def classify(streak: list[list[Failure]]) -> Diagnosis | None:
         steps = sorted({f.step for attempt in origins for f in attempt if f.step is not None})
         return Diagnosis("node", f"failures follow node {node} across steps {steps}: hardware, not code", node, nodes)
     return None
+
+
+def across_progress(history: list[Event[Any]]) -> Diagnosis | None:
+    """The newest failed attempt read with the attempt just before it, even when that one made
+    progress (which keeps its failure out of the streak), where chance cannot explain the pair:
+    - the same failure after the same step: a code bug (a resumed run reads the same data at that
+      step, whichever checkpoint it resumed from). Not for hangs: their text names no cause, and
+      one at the step the run resumed from says nothing about that step's data;
+    - a start that fails before the first step, with one node among those that failure and the
+      failure before it started on: the node broke while training and cannot start again (a dead
+      link, a GPU that no longer initialises).
+    Without this a bug strikes twice more, and a dead node fails two more starts, before the
+    streak shows them. Failures that merely share a node are left to the streak: across progress
+    one pair in K does so by chance on K nodes, and a healthy node seldom fails before a step."""
+    attempts = _attempts(history)
+    if len(attempts) < 2:
+        return None
+    newest, before = _failures(attempts[-1]), _failures(attempts[-2])
+    if not newest or not before:
+        return None
+    diagnosis = classify([newest, before])
+    if diagnosis is None:
+        return None
+    if diagnosis.kind == "code_bug":
+        return None if any(f.error.startswith(HANG_PREFIX) for f in newest) else diagnosis
+    return diagnosis if all(f.step is None for f in _origins(newest)) else None
 
 
 def decide(code: int, signal: str | None, error: str | None, history: list[Event[Any]], max_restarts: int) -> Decision:
@@ -164,12 +207,12 @@ def decide(code: int, signal: str | None, error: str | None, history: list[Event
     streak = failure_streak(history)
     failures = len(streak)
     error = _short(error)
-    if failures == 0:
-        return Decision(Action.REQUEUE, f"failed after saving progress; requeued, restart budget untouched: {error}")
-    diagnosis = classify(streak)
+    diagnosis = classify(streak) or across_progress(history)
     # Only the nodes failures started on count: a peer that lost its rank fails on another node.
     if diagnosis and diagnosis.kind == "code_bug" and len(diagnosis.nodes) > 1:
         return Decision(Action.GIVE_UP, f"{diagnosis.reason}; a restart will not fix it")
+    if failures == 0:
+        return Decision(Action.REQUEUE, f"failed after saving progress; requeued, restart budget untouched: {error}")
     if failures > max_restarts:
         why = f"; {diagnosis.reason}" if diagnosis else ""
         return Decision(Action.GIVE_UP, f"{failures} consecutive failures without progress exceed the restart "
@@ -203,7 +246,7 @@ def on_findings(kinds: Iterable[str], rollback_on: Iterable[str], rollbacks_done
 
 def _failure_text(e: Event[Any]) -> str:
     if isinstance(e.details, Hang):
-        return f"hang: {e.details.reason}"
+        return HANG_PREFIX + e.details.reason
     return str(e.details.error) if isinstance(e.details, Crash) else "unknown failure"
 
 

@@ -20,7 +20,7 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "health/kernel_log.py", "health/verdict.py", "slurm/placement.py", "simulate/failures.py",
         "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py",
         "simulate/results.py", "simulate/report.py", "workload/chat_format.py", "workload/packing.py",
-        "workload/tiny_chat.py"]
+        "workload/tiny_chat.py", "export/hf_layout.py"]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "submitit", "pynvml",
                 "fcntl", "mmap", "requests", "urllib"}
 
@@ -106,3 +106,11 @@ def test_every_module_imports():
     for path in PACKAGE.rglob("*.py"):
         if path.stem != "__main__":
             importlib.import_module(_module_name(path))
+
+
+def test_no_bench_script_shadows_the_standard_library():
+    """`python bench/X.py` puts bench/ first on sys.path: a bench/tokenize.py broke every other
+    bench (dataclasses -> inspect -> linecache imports `tokenize`)."""
+    bench = PACKAGE.parent / "bench"
+    shadowing = sorted(p.name for p in bench.glob("*.py") if p.stem in sys.stdlib_module_names)
+    assert not shadowing, f"bench/{', bench/'.join(shadowing)} shadow standard-library modules; rename them"

@@ -76,7 +76,7 @@ class Run:
         self.lost = dict.fromkeys(costs.CAUSES, 0.0)
         self.restarts: Counter[str] = Counter()
         self.interruptions: Counter[str] = Counter()
-        """By fault row, plus recurrences of latent bad nodes, code bugs striking again, planned stops."""
+        """By fault row; "<row> again" for a latent bad node or a code bug striking again; planned stops."""
         self.excluded: Counter[str] = Counter()
         self.saves = 0
         self.intervals: list[float] = []
@@ -245,7 +245,7 @@ class Run:
     # --- failures
     def _on_failure(self) -> None:
         strike = self.process.strike(self.alloc.in_use, self.in_use, self.rng)
-        self.interruptions["recurrence" if strike.recurrence else strike.fault.name] += 1
+        self.interruptions[f"{strike.fault.name} again" if strike.recurrence else strike.fault.name] += 1
         if strike.fault.code_bug and self.bug is None:
             self.bug = (self.work, strike.fault)
         self._fail(strike.fault, strike.node, strike.at_start)
@@ -253,7 +253,7 @@ class Run:
     def _on_bug(self) -> None:
         assert self.bug is not None
         self.work = max(self.work, self.bug[0])
-        self.interruptions["code bug again"] += 1
+        self.interruptions[f"{self.bug[1].name} again"] += 1
         self._fail(self.bug[1], self.rng.choice(self.alloc.in_use))
 
     def _fail(self, fault: Fault, node: str, at_start: bool = False) -> None:

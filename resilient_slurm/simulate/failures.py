@@ -29,8 +29,9 @@ Default weights, by component, from published data:
 Assumptions (no published figure found; change them with the rows): which Xid stands for a
 reset-cured fault (94 with `RST: Yes`) and for a replacement (79); that network faults show up
 as hangs (NCCL timeouts) and leave no Xid; that a broken link fails again at the next start;
-that a GPU with silent data corruption strikes again about once a week (`SDC_RECUR_H`): rarely
-enough that the recurrences stay a few percent of the published totals, which include them.
+that a GPU with silent data corruption strikes again about once a week (`SDC_RECUR_H`). The
+published totals include such returns: `scenario.LLAMA3` takes them out before it sets the rate
+of new faults.
 """
 
 from __future__ import annotations

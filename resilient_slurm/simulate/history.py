@@ -12,7 +12,10 @@ decision is quadratic. This keeps what they read, exactly:
   made progress depends only on the best step saved before it, which the progress attempt's own
   save bounds from above for every later attempt; so the attempts before it never change the
   answer, and within it only its best save counts (which is why a new best save replaces the
-  window). `unhealthy_nodes` reads only the newest attempt, which is always in the window.
+  window). `across_progress` reads the two newest attempts' failures, so the window also keeps
+  the failures of the attempt before the one that made progress (they come after its saves, so
+  they are in the window when the next attempt starts). `unhealthy_nodes` reads only the newest
+  attempt, which is always in the window.
 - `failures` and `exposure_s`, for `mtbf_s`: what `failure_history` adds up, kept as running
   sums: an attempt that ends without a stop is a failure, and each ended attempt's exposure is
   from its `start` to its last event.
@@ -30,7 +33,7 @@ from typing import Any
 
 from resilient_slurm.checkpoint.costs import RECENT
 from resilient_slurm.checkpoint.interval import FailureHistory
-from resilient_slurm.ledger import Details, Event, Save, Start
+from resilient_slurm.ledger import FAILURES, Details, Event, Save, Start
 
 JOB_ID = "sim"
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -49,9 +52,12 @@ class Ledger:
         self._best_before = -1
         self._best_now = -1
         self._started_s: float | None = None
+        self._failed_before: list[Event[Any]] = []
+        """The failures of the attempt before the newest."""
 
     def start(self, t: float, nodes: int) -> None:
         """A new attempt: rank 0's `start` event (before the checkpoint load, as in the job)."""
+        self._failed_before = [e for e in self.window if e.restart == self.restart and e.kind in FAILURES]
         self.restart += 1
         self._best_before = max(self._best_before, self._best_now)
         self._best_now = -1
@@ -72,7 +78,7 @@ class Ledger:
                                    blocking_s=blocking_s, has_optimizer=True), step)
         self.recent_saves.append(record)
         if step > max(self._best_before, self._best_now):
-            self.window = [record]
+            self.window = self._failed_before + [record]
         self._best_now = max(self._best_now, step)
 
     def end(self, t: float, failed: bool) -> None:

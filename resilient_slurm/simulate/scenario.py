@@ -46,7 +46,8 @@ class Scenario:
     gpus_per_node: int = 8
     days: float = 30.0
     gpu_mtbf_h: float = 10_000.0
-    """Hours between failures of one GPU, every cause counted (`failures.FAULTS` splits them)."""
+    """Hours of training between new failures of one GPU, every cause counted (`failures.FAULTS`
+    splits them); bad nodes and code bugs that strike again come on top."""
     save_s: float = 30.0
     """A checkpoint save from start to committed; a synchronous save blocks training this long."""
     blocking_s: float = 2.0
@@ -140,12 +141,44 @@ class Scenario:
         return p
 
 
-LLAMA3 = Scenario(gpus=16_384, days=54, gpu_mtbf_h=16_384 * 54 * 24 / 419, planned_per_day=47 / 54,
-                  save_s=16_384 * 4e9 / 2e12)
+def again_per_fault(faults: tuple[Fault, ...], training_h: float) -> float:
+    """Failures that come back, per new failure, when the project's recovery decides: a dead node
+    (`recur_h` 0) fails the next start once, then `recovery.across_progress` pins it; a code bug
+    strikes once more, then the same pair makes the job give up; a node that fails again rarely
+    (`recur_h` long enough that a checkpoint lands between strikes) is never pinned, so it strikes
+    until the run ends, on average `training_h` / 2 after its first failure."""
+    again = 0.0
+    for f in faults:
+        if f.code_bug or f.recur_h == 0:
+            again += f.weight
+        elif f.recur_h is not None:
+            again += f.weight * training_h / 2 / f.recur_h
+    return again / sum(f.weight for f in faults)
+
+
+LLAMA3_UNEXPECTED = 419
+LLAMA3_TRAINING_SHARE = 0.965
+"""Share of the 54 days the job trains, the only time failures strike: what the simulator
+measures for the in-allocation path (`spares`; the requeue paths train ~90%). Meta does not publish
+theirs; their "higher than 90%" effective training time bounds it from below."""
+_LLAMA3_TRAINING_H = 54 * 24 * LLAMA3_TRAINING_SHARE
+LLAMA3_AGAIN = again_per_fault(FAULTS, _LLAMA3_TRAINING_H)
+LLAMA3 = Scenario(gpus=16_384, days=54, planned_per_day=47 / 54, save_s=16_384 * 4e9 / 2e12,
+                  gpu_mtbf_h=16_384 * _LLAMA3_TRAINING_H / (LLAMA3_UNEXPECTED / (1 + LLAMA3_AGAIN)))
 """The Llama 3 paper's 54-day snapshot (Llama Team 2024, §3.3.4): 16,384 H100s, 8 per server, 419
 unexpected interruptions (their mix is `failures.FAULTS`) and 47 planned ones; a save of at most
 4 GB per GPU to storage sustaining 2 TB/s (33 s). It reports "higher than 90%" effective training
-time. Restart time is not published: the project's own costs stand in."""
+time. Restart time is not published: the project's own costs stand in.
+
+Calibrated so the expected unexpected interruptions, recurrences included, are the 419 (Meta
+counts every interruption; the failure process draws new faults, and bad nodes and code bugs add
+their returns on top), over the hours the job trains:
+- recurrences per new fault (`again_per_fault`, shares from Table 5): dead links 4.18% x 1,
+  silent data corruption 1.43% x (54 d x 24 h x 0.965 / 2 = 625 h left on average) / 168 h,
+  code bugs 0.72% x 1: 0.0418 + 0.0533 + 0.0072 = 0.102;
+- new faults: 419 / 1.102 = 380, over 54 d x 24 h x 0.965 = 1,251 training hours;
+- per-GPU MTBF: 16,384 x 1,251 h / 380 = 53,900 h. Spreading the 419 over all 1,296 hours
+  (50,700 h) drew 6% more new faults than this, and the recurrences came on top of them."""
 
 
 BENCH_KEYS = {"save_s": "save_s", "lost_s": "blocking_s", "blocking_s": "blocking_s", "load_s": "load_s",

@@ -2,6 +2,7 @@
 
 Modules, from files to batches:
     model          a Llama-architecture decoder with Hugging Face parameter names
+    pretrained     a Hugging Face Llama directory: config.json → ModelConfig, weights read by row ranges
     data           a deterministic synthetic SFT dataset and the exact-position global batch sampler
     tokenizer      a Hugging Face directory's tokenizer.json, special tokens, EOS ids and chat template
     chat_template  chat templates rendered in jinja2's sandbox as transformers renders them

@@ -4,6 +4,7 @@ from resilient_slurm.ledger import parse
 from resilient_slurm.recovery import (
     Action,
     Failure,
+    across_progress,
     classify,
     decide,
     failures_without_progress,
@@ -164,3 +165,80 @@ def test_peers_that_lost_a_failing_rank_do_not_make_a_node_fault_a_code_bug():
          ev("crash", 1, None, error="RuntimeError: Connection closed by peer", node="nZ")]
     d = decide(1, None, "RuntimeError: NCCL error", h, max_restarts=5)
     assert d.action == REQUEUE and d.exclude_nodes == ("nX",), d
+
+
+PEER = "RuntimeError: Connection closed by peer"
+
+
+def trained(restart, node, error="RuntimeError: ibv_poll_cq: transport retry counter exceeded", step=412):
+    """An attempt that saved new checkpoints, then failed on `node` (its peer on n9 lost it)."""
+    return [ev("start", restart, 0), ev("save", restart, step - 12, reason="periodic"),
+            ev("crash", restart, step, error=error, node=node), ev("crash", restart, step, error=PEER, node="n9")]
+
+
+def fails(restart, *nodes, error="RuntimeError: NCCL error: remote process exited", step=None):
+    """An attempt that fails on `nodes` (before its first step unless `step`); a peer on n8 lost them."""
+    return [ev("start", restart, 0)] + [ev("crash", restart, step, error=error, node=n) for n in nodes] + [
+        ev("crash", restart, step, error=PEER, node="n8")]
+
+
+BUG = "IndexError: index 4096 is out of bounds for dimension 0 with size 4096"
+
+
+@pytest.mark.parametrize(
+    "history, kind, node",
+    [
+        # it failed while training (and had saved), then its next start fails before the first step
+        (trained(0, "n4") + fails(1, "n4"), "node", "n4"),
+        # a hang names no origin: its node is the one it was seen on
+        ([ev("start", 0, 0), ev("save", 0, 5, reason="periodic"), ev("hang", 0, 9, reason="no step", node="n4")]
+         + fails(1, "n4"), "node", "n4"),
+        # the start failed on two nodes, one of them the node of the failure before
+        (trained(0, "n4") + fails(1, "n4", "n7"), "node", "n4"),
+        # the same failure after the same step, on another node, a checkpoint in between: a bug
+        (trained(0, "n4", error=BUG) + fails(1, "n6", error=BUG, step=412), "code_bug", None),
+        # the start failed after a step: failures sharing a node across progress may be chance
+        (trained(0, "n4") + fails(1, "n4", step=0), None, None),
+        # two hangs after the same step (the one resumed from, say): a hang names no cause
+        ([ev("start", 0, 0), ev("save", 0, 100, reason="periodic"), ev("hang", 0, 100, reason="no step", node="n4"),
+          ev("start", 1, 0), ev("hang", 1, 100, reason="no step", node="n6")], None, None),
+        # the same failure at another step
+        (trained(0, "n4", error=BUG) + trained(1, "n6", error=BUG, step=500), None, None),
+        # the start failed on another node than the failure before it
+        (trained(0, "n4") + fails(1, "n7"), None, None),
+        # both failed on the same two nodes: nothing points at one
+        (trained(0, "n4") + [ev("crash", 0, 412, error="ValueError: y", node="n7")] + fails(1, "n4", "n7"),
+         None, None),
+        # a rank that only lost its peer is no origin, where another rank names one
+        (trained(0, "n4") + fails(1, "n9", error="RuntimeError: CUDA error: initialization error"),
+         None, None),
+        # an attempt that ended cleanly in between: the node ran a whole attempt
+        (trained(0, "n4") + attempt(1, stop="SIGUSR1") + fails(2, "n4"), None, None),
+        # a first start that fails is no pair
+        (fails(0, "n4"), None, None),
+    ],
+)
+def test_across_progress(history, kind, node):
+    got = across_progress(history)
+    assert (got.kind if got else None, got.node if got else None) == (kind, node)
+
+
+def test_decide_excludes_a_node_that_fails_the_start_after_it_failed_training():
+    """Found by the simulator: a dead link failed while training; the checkpoints before that
+    failure kept it out of the streak, so the node failed two more starts before it was pinned."""
+    h = trained(0, "n4") + fails(1, "n4")
+    d = decide(1, None, "RuntimeError: NCCL error: remote process exited", h, max_restarts=3)
+    assert d.action == REQUEUE and d.exclude_nodes == ("n4",) and "follow node n4" in d.reason
+    assert decide(1, None, "boom", h, max_restarts=0).action == GIVE_UP  # the budget still counts the start
+
+
+def test_decide_stops_a_code_bug_at_its_second_strike_despite_a_checkpoint_in_between():
+    """Found by the simulator: the checkpoints before a bug's first strike kept it out of the
+    streak, so every bug struck three times before the job gave up."""
+    h = trained(0, "n4", error=BUG) + fails(1, "n6", error=BUG, step=412)
+    d = decide(1, None, BUG, h, max_restarts=3)
+    assert d.action == GIVE_UP and "code bug" in d.reason and "n4, n6" in d.reason
+    # the second attempt saved a new checkpoint of its own before the step: still the same bug
+    saved = trained(0, "n4", error=BUG) + [ev("start", 1, 0), ev("save", 1, 406, reason="periodic"),
+                                            ev("crash", 1, 412, error=BUG, node="n6")]
+    assert decide(1, None, BUG, saved, max_restarts=3).action == GIVE_UP

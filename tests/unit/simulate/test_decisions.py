@@ -12,7 +12,7 @@ from resilient_slurm.checkpoint.interval import failure_history
 from resilient_slurm.ledger import Kind
 from resilient_slurm.simulate import engine
 from resilient_slurm.simulate.engine import Run
-from resilient_slurm.simulate.failures import Fault
+from resilient_slurm.simulate.failures import FAULTS, Fault
 from resilient_slurm.simulate.history import EPOCH, Ledger
 from resilient_slurm.simulate.results import outcome
 from resilient_slurm.simulate.scenario import STRATEGIES, Scenario
@@ -74,11 +74,18 @@ def test_without_spares_the_elastic_run_shrinks_and_the_other_requeues():
     assert spares.restarts["requeue, out of spares"] > 0 and "shrink" not in spares.restarts
 
 
-def test_the_window_decides_as_the_whole_ledger_would(monkeypatch):
+PAIRS = (Fault("link", "network", 1.0, "RuntimeError: ibv_poll_cq: transport retry counter exceeded", recur_h=0.0),
+         Fault("bug", "software", 0.5, "IndexError: index 4096 is out of bounds", code_bug=True),
+         Fault("crash", "software", 2.0, "RuntimeError: DataLoader worker exited unexpectedly"))
+"""Mostly the pairs `recovery.across_progress` reads across a checkpoint: dead links, code bugs."""
+
+
+@pytest.mark.parametrize("faults, seed", [(FAULTS, 3), (PAIRS, 4)], ids=["published mix", "pairs across progress"])
+def test_the_window_decides_as_the_whole_ledger_would(monkeypatch, faults, seed):
     """Every decision of a run with node faults, hangs, code bugs and recurring nodes is taken
     again on the full ledger: same decision, same failure count and exposure, same save costs."""
-    decide, mtbf, save_costs = recovery.decide, engine.mtbf_s, engine.save_costs
-    checked = {"decide": 0, "mtbf": 0, "costs": 0}
+    decide, mtbf, save_costs, pair = recovery.decide, engine.mtbf_s, engine.save_costs, recovery.across_progress
+    checked = {"decide": 0, "mtbf": 0, "costs": 0, "node": 0, "code_bug": 0}
     ledger = Ledger(keep_full=True)
     holder: dict[str, Run] = {}
 
@@ -100,15 +107,24 @@ def test_the_window_decides_as_the_whole_ledger_would(monkeypatch):
         checked["costs"] += 1
         return save_costs(recent)
 
+    def pair_counted(history):
+        d = pair(history)
+        if d is not None:
+            checked[d.kind] += 1
+        return d
+
     monkeypatch.setattr(recovery, "decide", decide_both)
+    monkeypatch.setattr(recovery, "across_progress", pair_counted)
     monkeypatch.setattr(engine, "mtbf_s", mtbf_both)
     monkeypatch.setattr(engine, "save_costs", costs_both)
-    s = replace(SMALL, days=4, gpu_mtbf_h=800 * 1.5, planned_per_day=1.0, max_restarts=2)
-    run = Run(s, STRATEGIES["elastic"], seed=3, ledger=ledger)
+    s = replace(SMALL, days=4, gpu_mtbf_h=800 * 1.5, planned_per_day=1.0, max_restarts=2, faults=faults)
+    run = Run(s, STRATEGIES["elastic"], seed=seed, ledger=ledger)
     holder["run"] = run
     run.run()
     assert checked["decide"] > 50 and checked["mtbf"] > 100 and checked["costs"] > 100
     assert run.restarts["gave up"] and run.restarts["spare"] and run.restarts["planned stop"]
+    if faults is PAIRS:
+        assert checked["node"] and checked["code_bug"]
 
 
 def test_every_gpu_hour_is_accounted_for():

@@ -1,6 +1,6 @@
 """Tokenizing chat data into the cache (cold), and opening it again (a cache hit).
 
-    python bench/tokenize.py [--conversations 100000] [--long 20000] [--repeats 2] [--tokenizer asset:tiny_chat]
+    python bench/chat_tokenize.py [--conversations 100000] [--long 20000] [--repeats 2] [--tokenizer asset:tiny_chat]
 
 Writes two generated `.jsonl` files and prints one table:
 - "tiny tasks": `--conversations` conversations of the shipped tiny chat set's kind (one or two
