@@ -35,6 +35,8 @@ class RunConfig:
     baseline: str | None = None
     """Name of the run (same experiment) this one is an ablation of: sets the wandb group
     `ablation-<component>-<baseline>-vs-<variant>` from the keys that differ."""
+    require: list[str] = field(default_factory=list)
+    """Keys a recipe cannot run without (e.g. model.pretrained, data.path): each must be set."""
 
 
 @dataclass
@@ -76,44 +78,32 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    kind: str = "synthetic"
-    """synthetic: generated instruction tasks (data=synthetic_sft); chat: a chat .jsonl (data=chat)."""
-    task: str = "synthetic-sft"
+    task: str = "tiny-chat"
     """Dataset name, used in generated run names."""
-    seq_len: int = 128
-    """Tokens per row; chat conversations are packed into rows of this length."""
-    global_batch_size: int = 8
-    """Samples (chat: packed rows) per optimizer step over all ranks; constant when the world size changes."""
-    micro_batch_size: int = 4
-    """Samples (chat: rows) per forward/backward on one rank; accumulation = global / (micro * ranks)."""
-    num_samples: int = 100_000
-    """synthetic: training samples per epoch (generated on demand from the seed, nothing is downloaded)."""
-    val_samples: int = 256
-    """Size of the held-out split, never trained on: synthetic, its own seed stream; chat, the
-    conversations with the smallest content hashes, every copy of each (a fixed set whatever the
-    order or world size)."""
-    path: str = ""
-    """chat: a .jsonl file or a directory of them (`messages` or `prompt`/`completion` lines);
-    `asset:tiny_chat/chat.jsonl` is the small set the package ships."""
-    tokenizer: str = ""
-    """chat: Hugging Face directory of tokenizer.json and the chat template; empty = model.pretrained;
+    path: str = "asset:tiny_chat/chat.jsonl"
+    """A chat .jsonl file or a directory of them: `messages` (system/user/assistant, multi-turn) or
+    `prompt`/`completion` lines. `asset:tiny_chat/chat.jsonl` is the small set the package ships."""
+    tokenizer: str = "asset:tiny_chat"
+    """Hugging Face directory with tokenizer.json and the chat template; empty = model.pretrained.
     `asset:tiny_chat` is the small one the package ships."""
+    seq_len: int = 128
+    """Tokens per row: conversations are packed into rows of this length, each attending only to itself."""
+    global_batch_size: int = 8
+    """Rows per optimizer step over all ranks; kept constant when the world size changes."""
+    micro_batch_size: int = 4
+    """Rows per forward/backward on one rank; accumulation = global / (micro * ranks)."""
+    val_samples: int = 256
+    """Conversations held out for evaluation, never trained on: those with the smallest content
+    hashes (a fixed set whatever the file order or world size), every copy of each."""
     loss: str = "assistant"
-    """chat: tokens trained on: assistant (every assistant turn), last (the last one only), or all."""
+    """Tokens trained on: assistant (every assistant turn), last (the last one only), or all."""
     overlong: str = "truncate"
-    """chat: a conversation longer than seq_len is truncated to it, or dropped; both are counted."""
+    """A conversation longer than seq_len is truncated to it, or dropped; both are counted."""
     bad_lines: str = "error"
-    """chat: a malformed line stops the run with its file:line (error), or is skipped and counted (skip)."""
+    """A malformed line stops the run with its file:line (error), or is skipped and counted (skip)."""
     cache_dir: str = ""
-    """chat: where tokenized data is cached (keyed by data, tokenizer and settings); empty =
+    """Where tokenized data is cached (keyed by data, tokenizer and settings); empty =
     <run.root>/.cache/tokenized."""
-    min_items: int = 4
-    max_items: int = 16
-    """Length range of the item list each synthetic task operates on."""
-    mix: dict[str, float] = field(
-        default_factory=lambda: {"copy": 0.25, "reverse": 0.25, "sort": 0.25, "increment": 0.25}
-    )
-    """Task mix: relative weights of the synthetic SFT tasks."""
 
 
 @dataclass
@@ -384,8 +374,6 @@ class Config:
     fault: FaultConfig = field(default_factory=FaultConfig)
 
 
-TASKS = ("copy", "reverse", "sort", "increment")
-DATA_KINDS = ("synthetic", "chat")
 LOSS_MODES = ("assistant", "all", "last")
 # Keys that change where or how a run executes, not what it computes: a relaunch may change them,
 # and they are never part of a run's name.
@@ -502,6 +490,11 @@ def validate(cfg: Config) -> list[str]:
             p.append(msg)
 
     need(bool(cfg.run.root), "run.root: empty; set it to the experiments directory")
+    values = flatten(cfg)
+    for key in cfg.run.require:
+        need(key in values and values[key] not in (None, ""),
+             f"{key}: +experiment={cfg.run.experiment} needs it; set {key}=..." if key in values
+             else f"run.require: {key!r} is not a config key; fix the recipe")
     need(cfg.run.name is None or _safe_name(cfg.run.name),
          f"run.name: {cfg.run.name!r} is not a plain name; use letters, digits, '.', '_', '-'")
     need(_safe_name(cfg.run.experiment),
@@ -513,23 +506,11 @@ def validate(cfg: Config) -> list[str]:
     need((m.hidden_size // max(m.num_heads, 1)) % 2 == 0,
          "model.hidden_size: head dim must be even for rotary embeddings; change hidden_size or num_heads")
     need(m.dtype in DTYPES, f"model.dtype: {m.dtype!r} unknown; use one of {', '.join(DTYPES)}")
-    need(m.vocab_size >= 64, f"model.vocab_size: {m.vocab_size} too small; the synthetic task needs >= 64")
     need(d.seq_len <= m.max_seq_len,
          f"data.seq_len: {d.seq_len} exceeds model.max_seq_len={m.max_seq_len}; lower it or raise max_seq_len")
-    need(d.kind in DATA_KINDS, f"data.kind: {d.kind!r} unknown; use data=synthetic_sft or data=chat")
-    if d.kind == "synthetic":
-        need(2 * d.max_items + 4 <= d.seq_len,
-             f"data.max_items: {d.max_items} does not fit data.seq_len={d.seq_len}; need 2*max_items+4 <= seq_len")
-        need(1 <= d.min_items <= d.max_items,
-             f"data.min_items: {d.min_items} is outside 1..data.max_items={d.max_items}; pick a value in "
-             "that range")
-        unknown = sorted(set(d.mix) - set(TASKS))
-        need(not unknown, f"data.mix: unknown task(s) {', '.join(unknown)}; use {', '.join(TASKS)}")
-        need(bool(d.mix) and all(w >= 0 for w in d.mix.values()) and sum(d.mix.values()) > 0,
-             "data.mix: weights must be >= 0 with a positive sum; fix the weights")
-        need(d.num_samples >= d.global_batch_size, "data.num_samples: smaller than one global batch; raise it")
-    else:
-        need(bool(d.path), "data.path: empty; set data.path=FILE.jsonl (or a directory of .jsonl files) for data=chat")
+    need(bool(d.path), "data.path: empty; set data.path=FILE.jsonl (or a directory of .jsonl files)")
+    need(bool(d.tokenizer or m.pretrained), "data.tokenizer: empty and model.pretrained is not set; set one of them "
+                                            "to a Hugging Face directory with tokenizer.json and a chat template")
     need(d.loss in LOSS_MODES, f"data.loss: {d.loss!r} unknown; use one of {', '.join(LOSS_MODES)}")
     need(d.overlong in ("truncate", "drop"), f"data.overlong: {d.overlong!r}; use truncate or drop")
     need(d.bad_lines in ("error", "skip"), f"data.bad_lines: {d.bad_lines!r}; use error or skip")

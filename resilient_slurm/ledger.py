@@ -28,6 +28,7 @@ class Kind(str, Enum):
     SUBMITTED = "submitted"
     ATTEMPT = "attempt"
     START = "start"
+    DATA_READY = "data_ready"
     RESUME = "resume"
     CHECKPOINT_SKIPPED = "checkpoint_skipped"
     RNG_RESEEDED = "rng_reseeded"
@@ -53,6 +54,7 @@ class Kind(str, Enum):
     HANG = "hang"
     STACKS_DUMPED = "stacks_dumped"
     FINISH = "finish"
+    EXPORTED = "exported"
     REQUEUE = "requeue"
     RESTART_IN_ALLOCATION = "restart_in_allocation"
     NODE_UNHEALTHY = "node_unhealthy"
@@ -116,6 +118,23 @@ class ConfigAdjusted(Details):
     old: int
     new: int
     why: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataReady(Details):
+    """The chat data is tokenized (or its cache mapped): its version and what became of its lines."""
+
+    KIND = Kind.DATA_READY
+    digest: str
+    """sha256 of the data files' hashes: the data's version."""
+    files: int
+    rows: int
+    """Packed training rows."""
+    val_rows: int
+    cache_hit: bool
+    seconds: float
+    counts: dict[str, Any]
+    """Lines, conversations, skipped bad lines, truncated and dropped conversations, tokens."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -342,6 +361,18 @@ class StacksDumped(Details):
 class Finish(Details):
     KIND = Kind.FINISH
     tokens_seen: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exported(Details):
+    """The finished model was written in Hugging Face layout."""
+
+    KIND = Kind.EXPORTED
+    path: str
+    checkpoint: str
+    dtype: str
+    files: int
+    seconds: float
 
 
 @dataclass(frozen=True, kw_only=True)

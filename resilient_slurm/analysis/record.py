@@ -169,15 +169,15 @@ def launch_line(now: str, overrides: list[str], resumed: bool, host: str) -> dic
 
 def attempt_line(
     now: str, attempt: int, world_size: int, env: SlurmEnv | None, host: str, pid: int, git: GitState,
-    versions: dict[str, str | None],
+    versions: dict[str, str | None], data: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One attempt's record. Pure."""
+    """One attempt's record: config (in config.yaml), code (git) and data versions. Pure."""
     git_fields = {k: v for k, v in asdict(git).items() if k != "diff"}
     return {
         "kind": "attempt", "time": now, "attempt": attempt, "world_size": world_size,
         "job_id": env.job_id if env else None, "restart": env.restart_count if env else None,
         "nodes": list(env.nodes) if env else [host], "host": host, "pid": pid,
-        "git": {**git_fields, "diff": diff_name(git)}, "versions": versions,
+        "git": {**git_fields, "diff": diff_name(git)}, "versions": versions, "data": data,
     }
 
 
@@ -185,7 +185,7 @@ def record_launch(run_dir: Path, overrides: list[str], resumed: bool) -> None:
     _append(run_dir, launch_line(utc_now(), overrides, resumed, socket.gethostname()))
 
 
-def record_attempt(run_dir: Path, world_size: int) -> dict[str, Any]:
+def record_attempt(run_dir: Path, world_size: int, data: dict[str, Any] | None = None) -> dict[str, Any]:
     """Gather this attempt's facts and append them; the diff is saved once per distinct content."""
     git = git_state()
     name = diff_name(git)
@@ -196,7 +196,7 @@ def record_attempt(run_dir: Path, world_size: int) -> dict[str, Any]:
         os.replace(tmp, run_dir / name)
     attempt = 1 + sum(1 for line in read_record(run_dir) if line["kind"] == "attempt")
     line = attempt_line(utc_now(), attempt, world_size, SlurmEnv.from_env(), socket.gethostname(), os.getpid(),
-                        git, software_versions())
+                        git, software_versions(), data)
     _append(run_dir, line)
     return line
 

@@ -2,7 +2,9 @@
 Hydra or submitit; the Slurm side (`slurm.task`) and the local launcher both call `job.run`.
 
 Modules, from the loop outwards:
-    job          one rank's life: resume → steps → saves → stop, with its exit status
+    job          one rank's life: resume → steps → saves → stop → hf/ export, with its exit status
+    build        what a rank builds first: the chat data, the sharded model with its initial weights
+    parallel     FSDP2: the model built on the meta device, sharded, each rank filling its own rows
     step         one optimizer step over the global batch (forward, backward, reduce, clip, update)
     optim        AdamW and the warmup + cosine schedule
     evaluation   validation loss and task metrics on the held-out split

@@ -1,23 +1,25 @@
-"""Periodic evaluation on the held-out split: validation loss, task metrics, sample predictions.
+"""Periodic evaluation on the held-out conversations: validation loss, task metrics, sample predictions.
 
-The validation loss is the mean token loss over the whole split (`data.val_samples`). Task
-metrics are the hook for what a benchmark scores (MMLU accuracy, GSM8K, HumanEval pass@1 on a real
-recipe): a `TaskMetric` judges each of the first `eval.task_samples` samples right or wrong, and
-the metric is the fraction judged right. The built-in one, `ExactMatch`, decodes the response
-greedily and compares it with the target token for token, EOS included. Greedy decoding
-recomputes the whole sequence for each new token (the model has no KV cache): cheap for the
-synthetic task's short responses, quadratic for long ones, so keep the sample count small on big
-recipes.
+The validation loss is the mean token loss over every held-out row (`data.val_samples`
+conversations, packed like the training rows, so each attends only to itself). Task metrics are the
+hook for what a benchmark scores (MMLU accuracy, GSM8K, HumanEval pass@1 on a real recipe): a
+`TaskMetric` judges each of the first `eval.task_samples` held-out conversations right or wrong,
+and the metric is the fraction judged right. The built-in one, `ExactMatch`, generates the last
+assistant turn greedily through the chat template (the prompt ends with the assistant header) and
+compares it with the reference, token for token, through its end-of-turn token. Greedy decoding
+recomputes the whole sequence for each new token (the model has no KV cache): cheap for short
+answers, quadratic for long ones, so keep the sample count small on big recipes.
 
-Evaluation is read-only: it runs under `torch.inference_mode`, draws no random numbers and
-leaves no state behind (the next training step puts the model back in train mode), so a run that
-evaluates is bit-identical to one that does not, and its resume stays exact. The samples are
-split over the ranks (sample i on rank i mod world) and the sums are all-reduced, so every rank
-must call `run` at the same step.
+The model is sharded (FSDP2), so every rank must run every forward together: the work is split
+round-robin over the ranks and each rank runs the same number of batches and decoding steps,
+padding with rows that count for nothing. Evaluation is read-only: it runs under
+`torch.inference_mode`, draws no random numbers and leaves no state behind, so a run that
+evaluates is bit-identical to one that does not, and its resume stays exact.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,28 +27,17 @@ from typing import Protocol
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from resilient_slurm.config import Config
 from resilient_slurm.runtime.distributed import Comm
-from resilient_slurm.workload.data import (
-    BOS,
-    EOS,
-    FIRST_ITEM,
-    SEP,
-    TASK_TOKEN,
-    VAL_SPLIT,
-    Sample,
-    collate,
-    make_sample,
-)
+from resilient_slurm.workload.batches import Batch
+from resilient_slurm.workload.chat_data import ChatData, EvalSample
 from resilient_slurm.workload.model import IGNORE_INDEX, token_loss_sum
-
-_TASK_OF_TOKEN = {token: task for task, token in TASK_TOKEN.items()}
 
 
 @dataclass(frozen=True)
 class Prediction:
-    task: str
     prompt: str
     target: str
     prediction: str
@@ -55,10 +46,16 @@ class Prediction:
 
 class TaskMetric(Protocol):
     name: str
-    """Key of the metric in metrics.jsonl and wandb (where tracking/wandb_tracker.py may rename it)."""
+    """Key of the metric in metrics.jsonl and wandb."""
 
-    def judge(self, model: nn.Module, samples: list[Sample], device: torch.device, batch: int) -> list[Prediction]:
-        """One prediction per sample, in order, each judged `correct` or not."""
+    def judge(self, model: nn.Module, samples: list[EvalSample | None], device: torch.device,
+              decode: Decode) -> list[Prediction]:
+        """One prediction per real sample, in order (None stands for a padding sample this rank runs
+        so that every rank runs the same forwards; it gets no prediction)."""
+
+
+class Decode(Protocol):
+    def __call__(self, ids: list[int]) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -72,19 +69,20 @@ class EvalResult:
 
 
 class Evaluator:
-    def __init__(self, cfg: Config, model: nn.Module, comm: Comm,
+    def __init__(self, cfg: Config, model: nn.Module, comm: Comm, data: ChatData,
                  metrics: Sequence[TaskMetric] | None = None) -> None:
         self.every = cfg.eval.every_steps
         self.max_steps = cfg.train.max_steps
         self.batch = cfg.data.micro_batch_size
-        self.seq_len = cfg.data.seq_len
         self.show = cfg.eval.predictions
-        self.model, self.comm = model, comm
-        mine = range(comm.rank, cfg.data.val_samples, comm.world_size)
-        self.loss_samples = [make_sample(cfg.data, cfg.train.seed, VAL_SPLIT, i) for i in mine]
-        judged = range(comm.rank, min(cfg.eval.task_samples, cfg.data.val_samples), comm.world_size)
-        self.task_samples = self.loss_samples[: len(judged)]
-        self.metrics = list(metrics if metrics is not None else [ExactMatch()]) if cfg.eval.task_samples else []
+        self.model, self.comm, self.data = model, comm, data
+        w, r = comm.world_size, comm.rank
+        self.val_rows = _padded(list(range(r, data.val.num_rows, w)), data.val.num_rows, w, self.batch)
+        samples = data.eval_samples(cfg.eval.task_samples) if cfg.eval.task_samples else []
+        self.samples = _padded([samples[i] for i in range(r, len(samples), w)], len(samples), w, self.batch)
+        self.eos = set(data.tokenizer.eos_ids)
+        self.metrics = list(metrics if metrics is not None else [ExactMatch(self.batch, self.eos, samples)]) \
+            if samples else []
 
     def due(self, step: int) -> bool:
         return self.every > 0 and (step % self.every == 0 or step == self.max_steps)
@@ -94,14 +92,20 @@ class Evaluator:
         start = time.perf_counter()
         self.model.eval()
         loss_sum, tokens = 0.0, 0.0
-        for i in range(0, len(self.loss_samples), self.batch):
-            inputs, targets = collate(self.loss_samples[i : i + self.batch], self.seq_len)
-            targets = targets.to(self.comm.device)
-            loss_sum += float(token_loss_sum(self.model(inputs.to(self.comm.device)), targets))
-            tokens += float((targets != IGNORE_INDEX).sum())
-        judged = {m.name: m.judge(self.model, self.task_samples, self.comm.device, self.batch) for m in self.metrics}
+        for i in range(0, len(self.val_rows), self.batch):
+            rows = self.val_rows[i : i + self.batch]
+            b = self.data.val.batch([row if row is not None else 0 for row in rows]).to(self.comm.device)
+            labels = _mask_padding(b, rows)
+            loss_sum += float(token_loss_sum(self.model(b.input_ids, b.position_ids, b.document_ids), labels))
+            tokens += float((labels != IGNORE_INDEX).sum())
+        judged = {m.name: m.judge(self.model, self.samples, self.comm.device, self.data.decode) for m in self.metrics}
+        # FSDP2 keeps the root's parameters gathered after a forward without a backward: shard them
+        # again, so the checkpoint and the optimizer see the sharded parameters.
+        if isinstance(self.model, FSDPModule):
+            self.model.reshard()
         counts = [float(sum(p.correct for p in judged[m.name])) for m in self.metrics]
-        totals = self.comm.sum_floats([loss_sum, tokens, float(len(self.task_samples)), *counts])
+        real = float(sum(s is not None for s in self.samples))
+        totals = self.comm.sum_floats([loss_sum, tokens, real, *counts])
         return EvalResult(
             val_loss=totals[0] / max(totals[1], 1.0),
             task={m.name: right / max(totals[2], 1.0) for m, right in zip(self.metrics, totals[3:])},
@@ -110,54 +114,69 @@ class Evaluator:
         )
 
 
+def _padded(mine: list, total: int, world: int, batch: int) -> list:
+    """This rank's share, padded with None to the same number of whole batches on every rank."""
+    per_rank = math.ceil(total / world) if total else 0
+    length = math.ceil(per_rank / batch) * batch
+    return mine + [None] * (length - len(mine))
+
+
+def _mask_padding(b: Batch, rows: list) -> torch.Tensor:
+    labels = b.labels.clone()
+    for i, row in enumerate(rows):
+        if row is None:
+            labels[i] = IGNORE_INDEX
+    return labels
+
+
 class ExactMatch:
-    """The decoded response equals the target exactly (the synthetic SFT task's metric)."""
+    """The generated answer equals the reference exactly, through its end-of-turn token."""
 
     name = "exact_match"
 
-    def judge(self, model: nn.Module, samples: list[Sample], device: torch.device, batch: int) -> list[Prediction]:
-        # Samples with equal prompt lengths have equal response lengths (n items -> n + 1 tokens
-        # with EOS), so each group decodes as one batch without padding or attention masks.
-        by_length: dict[int, list[int]] = {}
-        for index, sample in enumerate(samples):
-            by_length.setdefault(len(sample.prompt), []).append(index)
-        out: dict[int, Prediction] = {}
-        for indices in by_length.values():
-            for i in range(0, len(indices), batch):
-                chunk = indices[i : i + batch]
-                for j, tokens in zip(chunk, greedy_decode(model, [samples[j] for j in chunk], device)):
-                    out[j] = _prediction(samples[j], tokens)
-        return [out[j] for j in sorted(out)]
+    def __init__(self, batch: int, eos: set[int], all_samples: list[EvalSample]) -> None:
+        self.batch = batch
+        self.eos = eos
+        # Every rank decodes the same number of tokens: as long as the longest reference anywhere.
+        self.steps = max((len(s.target_ids) for s in all_samples), default=0)
+
+    def judge(self, model: nn.Module, samples: list[EvalSample | None], device: torch.device,
+              decode: Decode) -> list[Prediction]:
+        out: list[Prediction] = []
+        for i in range(0, len(samples), self.batch):
+            chunk = samples[i : i + self.batch]
+            prompts = [s.prompt_ids if s is not None else [0] for s in chunk]
+            for s, generated in zip(chunk, greedy_decode(model, prompts, self.steps, device)):
+                if s is None:
+                    continue
+                answer = _through_eos(generated, self.eos)
+                out.append(Prediction(s.prompt, s.target, decode(answer), answer == s.target_ids))
+        return out
 
 
-def greedy_decode(model: nn.Module, samples: list[Sample], device: torch.device) -> list[list[int]]:
-    """The argmax continuation of each prompt, as long as its target (all prompts equally long)."""
-    seq = torch.tensor([s.prompt for s in samples], dtype=torch.long, device=device)
-    for _ in range(len(samples[0].response)):
-        next_tokens = model(seq)[:, -1].argmax(dim=-1, keepdim=True)
-        seq = torch.cat((seq, next_tokens), dim=1)
-    return seq[:, len(samples[0].prompt) :].tolist()
+def _through_eos(tokens: list[int], eos: set[int]) -> list[int]:
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: i + 1]
+    return tokens
 
 
-def _prediction(sample: Sample, decoded: list[int]) -> Prediction:
-    return Prediction(
-        task=sample.task, prompt=render_tokens(sample.prompt), target=render_tokens(sample.response),
-        prediction=render_tokens(decoded), correct=decoded == sample.response,
-    )
-
-
-def render_tokens(tokens: list[int]) -> str:
-    """Readable text of the synthetic vocabulary: `reverse 3 17 5 |`, `5 17 3 </s>`."""
-    words = []
-    for t in tokens:
-        if t >= FIRST_ITEM:
-            words.append(str(t - FIRST_ITEM))
-        elif t in _TASK_OF_TOKEN:
-            words.append(_TASK_OF_TOKEN[t])
-        elif t == EOS:
-            words.append("</s>")
-        elif t == SEP:
-            words.append("|")
-        elif t != BOS:
-            words.append(f"<{t}>")
-    return " ".join(words)
+def greedy_decode(model: nn.Module, prompts: list[list[int]], steps: int, device: torch.device) -> list[list[int]]:
+    """`steps` argmax tokens after each prompt. Prompts of different lengths are left-padded: padding
+    is a document of its own (-1) that no real token attends to, and positions start at each
+    prompt's first real token, so each row computes exactly what it would alone."""
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    pos = torch.zeros_like(ids)
+    docs = torch.full_like(ids, -1)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.tensor(p)
+        pos[row, width - len(p):] = torch.arange(len(p))
+        docs[row, width - len(p):] = 0
+    ids, pos, docs = ids.to(device), pos.to(device), docs.to(device)
+    for _ in range(steps):
+        nxt = model(ids, pos, docs)[:, -1].argmax(dim=-1, keepdim=True)
+        ids = torch.cat((ids, nxt), dim=1)
+        pos = torch.cat((pos, pos[:, -1:] + 1), dim=1)
+        docs = torch.cat((docs, torch.zeros_like(nxt)), dim=1)
+    return ids[:, width:].tolist()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -21,6 +22,7 @@ import torch
 from resilient_slurm import ledger
 from resilient_slurm.analysis import record
 from resilient_slurm.analysis.metrics import MetricsFile
+from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
 from resilient_slurm.checkpoint.load import Restored
 from resilient_slurm.checkpoint.state import (
@@ -28,6 +30,7 @@ from resilient_slurm.checkpoint.state import (
     capture_snapshot,
 )
 from resilient_slurm.config import Config
+from resilient_slurm.export.from_checkpoint import export_checkpoint
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.launch import rundir
 from resilient_slurm.ledger import EventLog, read_events, utc_now
@@ -35,6 +38,7 @@ from resilient_slurm.monitor.detectors import Finding, Monitor, Observation
 from resilient_slurm.monitor.gpu_sampler import GpuSampler
 from resilient_slurm.recovery import Action, on_findings
 from resilient_slurm.runtime.distributed import Comm, RankInfo
+from resilient_slurm.runtime import build
 from resilient_slurm.runtime.evaluation import Evaluator
 from resilient_slurm.runtime.faults import FaultInjector
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
@@ -42,8 +46,8 @@ from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
 from resilient_slurm.runtime.step import StepResult, Trainer
 from resilient_slurm.runtime.watchdog import Watchdog
 from resilient_slurm.tracking import Table, open_tracker
-from resilient_slurm.workload.data import GlobalBatchSampler
-from resilient_slurm.workload.model import build_model, init_weights_, num_parameters
+from resilient_slurm.workload.batches import PackedBatchSampler
+from resilient_slurm.workload.model import num_parameters
 
 log = logging.getLogger("resilient_slurm")
 
@@ -89,6 +93,12 @@ def run(
         code = loop.run()
         return RunOutcome(code, loop.progress.step, stop.signal_name if code == ExitCode.RESUME else None,
                           error=loop.gave_up)
+    except build.InputError as e:
+        error = f"{type(e).__name__}: {e}"
+        events.emit(ledger.Crash(error=error, traceback=""), None)
+        if info.rank == 0:
+            print(f"resilient_slurm: {e}", file=sys.stderr, flush=True)
+        return RunOutcome(ExitCode.CONFIG, None, error=error)
     except Exception as e:  # noqa: BLE001 - recorded in the ledger, then reported by exit status
         step = loop.progress.step if loop else None
         error = f"{type(e).__name__}: {e}"
@@ -112,11 +122,12 @@ class _Loop:
             max(1, (os.cpu_count() or 1) // _local_world(comm))
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(t.deterministic)
-        self.model = build_model(cfg.model, t.seed).to(comm.device)
+        self.data = build.open_data(cfg, run_dir, comm)
+        self.model = build.build_model(cfg, comm)
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, t.max_steps)
         self.trainer = Trainer(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip)
-        self.sampler = GlobalBatchSampler(cfg.data, t.seed, comm.rank, comm.world_size)
+        self.sampler = PackedBatchSampler(self.data.train, cfg.data, t.seed, comm.rank, comm.world_size)
         self.checkpointer = Checkpointer(run_dir, cfg.checkpoint, cfg.cluster, comm, events)
         self.metrics = MetricsFile(run_dir / "metrics.jsonl") if comm.rank == 0 else None
         self.progress = Progress()
@@ -127,7 +138,7 @@ class _Loop:
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.watchdog = Watchdog(cfg.monitor, run_dir / "logs", events, comm.rank, on_hang, ExitCode.FAILED)
         self.gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
-        self.evaluator = Evaluator(cfg, self.model, comm)
+        self.evaluator = Evaluator(cfg, self.model, comm, self.data)
         self.tracker = open_tracker(cfg, run_dir, comm.rank)
         self.tracked_through = -1
         self.gave_up: str | None = None
@@ -141,7 +152,12 @@ class _Loop:
                      cfg.data.global_batch_size, cfg.data.seq_len)
             self.events.emit(ledger.Start(world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
                                           process_started=record.process_started()), 0)
-            record.record_attempt(self.run_dir, comm.world_size)
+            stats = self.data.stats
+            self.events.emit(ledger.DataReady(
+                digest=self.data.fingerprint.digest, files=len(self.data.fingerprint.files), rows=self.data.train.num_rows,
+                val_rows=self.data.val.num_rows, cache_hit=stats.cache_hit, seconds=round(stats.seconds, 3),
+                counts=stats.to_dict()), 0)
+            record.record_attempt(self.run_dir, comm.world_size, data=self.data.fingerprint.to_record())
         if cfg.monitor.enabled:
             self.watchdog.start()
             self.gpu.start()
@@ -153,6 +169,7 @@ class _Loop:
                     return code
             if cfg.checkpoint.save_final:
                 self.checkpointer.save(self.progress.step, self._snapshot("final"), "final")
+                self._export()
         finally:
             self.watchdog.stop()
             self.gpu.stop()
@@ -285,7 +302,7 @@ class _Loop:
                 self.events.emit(ledger.CheckpointSkipped(path=str(path), reason=reason), None)
         if outcome.restored is None and (outcome.touched_state or before_step is not None):
             cfg = self.cfg
-            init_weights_(self.model, cfg.model, cfg.train.seed)
+            build.fill_initial(self.model, cfg)
             self.optimizer.state.clear()
             self.scheduler.load_state_dict(build_scheduler(self.optimizer, cfg.optim, cfg.train.max_steps).state_dict())
         return outcome.restored
@@ -319,13 +336,27 @@ class _Loop:
         result = self.evaluator.run()
         for metric, predictions in result.predictions.items():
             self.tracker.log(step, {f"eval/{metric}_predictions": Table(
-                ["step", "task", "prompt", "target", "prediction", "correct"],
-                [[step, q.task, q.prompt, q.target, q.prediction, q.correct] for q in predictions],
+                ["step", "prompt", "target", "prediction", "correct"],
+                [[step, q.prompt, q.target, q.prediction, q.correct] for q in predictions],
             )})
         if self.comm.rank == 0:
             log.info("eval at step %d | val loss %.4f | %s | %.1f s", step, result.val_loss,
                      " | ".join(f"{k} {v:.3f}" for k, v in result.task.items()), result.seconds)
         return {"val_loss": result.val_loss, **result.task, "eval_seconds": result.seconds}
+
+    def _export(self) -> None:
+        """Rank 0 writes the finished model to `hf/` (Hugging Face layout) from the final checkpoint,
+        streaming; a finish that runs again replaces it."""
+        path = self.checkpointer.root / layout.step_dir_name(self.progress.step)
+        if self.comm.rank != 0 or not (path / layout.MANIFEST).is_file():
+            return
+        out = self.run_dir / "hf"
+        start = time.perf_counter()
+        shutil.rmtree(out, ignore_errors=True)
+        shards = export_checkpoint(path, out, self.cfg, torch.bfloat16, self.cfg.checkpoint.io_threads)
+        self.events.emit(ledger.Exported(path=str(out), checkpoint=str(path), dtype="bfloat16", files=len(shards),
+                                         seconds=round(time.perf_counter() - start, 3)), self.progress.step)
+        log.info("exported the model to %s", out)
 
     def _commit(self) -> None:
         """Steps up to the newest committed checkpoint are final: hand them to the tracker."""

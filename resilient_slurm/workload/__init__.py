@@ -1,9 +1,8 @@
 """What the runtime trains: the model and the data.
 
 Modules, from files to batches:
-    model          a Llama-architecture decoder with Hugging Face parameter names
+    model          a Llama-architecture decoder with Hugging Face parameter names, packed inputs
     pretrained     a Hugging Face Llama directory: config.json → ModelConfig, weights read by row ranges
-    data           a deterministic synthetic SFT dataset and the exact-position global batch sampler
     tokenizer      a Hugging Face directory's tokenizer.json, special tokens, EOS ids and chat template
     chat_template  chat templates rendered in jinja2's sandbox as transformers renders them
     chat_format    one .jsonl line → messages (`messages` or `prompt`/`completion`), or why not  [pure]

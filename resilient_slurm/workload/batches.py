@@ -1,10 +1,10 @@
 """Packed rows as training batches, and the exact-position sampler over them.
 
-`PackedBatchSampler` is `data.GlobalBatchSampler` with packed rows in place of synthetic samples:
-its whole state is `samples_consumed` (rows consumed, over all ranks), global batch k is stream
-positions [k*G, (k+1)*G) of a fresh permutation of the rows each epoch, and micro-batch m of rank r
-is chunk m*world+r of it. The rows were packed once, when the cache was built, so a resume at any
-world size continues at the exact row.
+The sampler's whole state is one integer, `samples_consumed` (rows consumed, over all ranks): the
+global row stream is a fixed function of the seed (a fresh permutation of the rows each epoch),
+global batch k is stream positions [k*G, (k+1)*G), and micro-batch m of rank r is chunk m*world+r
+of it. A checkpoint stores that integer, and the rows were packed once, when the cache was built,
+so a resumed run neither replays nor skips a row, whatever the world size.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from resilient_slurm.config import DataConfig
-from resilient_slurm.workload.data import SamplerState, SampleStream, rank_micro_batches
 from resilient_slurm.workload.packing import labels_and_positions
 
 
@@ -35,14 +34,6 @@ class Batch:
     def to(self, device: torch.device | str) -> Batch:
         return Batch(*(t.to(device, non_blocking=True) for t in
                        (self.input_ids, self.labels, self.position_ids, self.document_ids)))
-
-    def attention_mask(self) -> torch.Tensor:
-        """(rows, 1, seq, seq) bool, True where query t may attend key s: s <= t in the same
-        document (block-diagonal causal). Padding attends to padding, so no row is all False."""
-        d = self.document_ids
-        seq = d.shape[-1]
-        causal = torch.ones(seq, seq, dtype=torch.bool, device=d.device).tril()
-        return (d[:, :, None] == d[:, None, :]).logical_and(causal)[:, None]
 
 
 class PackedRows:
@@ -64,6 +55,42 @@ class PackedRows:
         tokens, docs = self.tokens[index].astype(np.int64), self.docs[index].astype(np.int64)
         labels, positions = labels_and_positions(tokens, docs, self.loss[index])
         return Batch(*(torch.from_numpy(a) for a in (tokens, labels, positions, docs)))
+
+
+class SampleStream:
+    """The global order of training rows: a fresh permutation of them every epoch."""
+
+    def __init__(self, num_samples: int, seed: int) -> None:
+        self.num_samples = num_samples
+        self.seed = seed
+        self._epoch = -1
+        self._perm = np.empty(0, dtype=np.int64)
+
+    def indices(self, start: int, count: int) -> list[int]:
+        """Row indices at stream positions [start, start + count)."""
+        out: list[int] = []
+        pos = start
+        while len(out) < count:
+            epoch, offset = divmod(pos, self.num_samples)
+            if epoch != self._epoch:
+                self._perm = np.random.default_rng([self.seed, epoch, 7]).permutation(self.num_samples)
+                self._epoch = epoch
+            take = min(count - len(out), self.num_samples - offset)
+            out.extend(int(i) for i in self._perm[offset : offset + take])
+            pos += take
+        return out
+
+
+def rank_micro_batches(global_indices: list[int], micro: int, world_size: int, rank: int,
+                       accumulation: int) -> list[list[int]]:
+    """A rank's micro-batches of one global batch: micro-batch m of rank r is chunk m*world+r."""
+    chunks = [global_indices[i : i + micro] for i in range(0, len(global_indices), micro)]
+    return [chunks[m * world_size + rank] for m in range(accumulation)]
+
+
+@dataclass
+class SamplerState:
+    samples_consumed: int = 0
 
 
 class PackedBatchSampler:

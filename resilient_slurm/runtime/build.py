@@ -1,0 +1,90 @@
+"""What a rank builds before its first step: the data, and the sharded model with its initial weights.
+
+Bad input stops the run before any training, with one line naming the file and the fix
+(`InputError`; the job exits with ExitCode.CONFIG, which no restart retries): a malformed chat line,
+a tokenizer without a chat template, data changed since the run started, a model that is not a
+Llama, a missing shard of its weights, a tokenizer whose vocabulary the model cannot embed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from resilient_slurm.config import Config
+from resilient_slurm.runtime import parallel
+from resilient_slurm.runtime.distributed import Comm
+from resilient_slurm.workload.chat_build import DataFormatError
+from resilient_slurm.workload.chat_cache import DataChangedError
+from resilient_slurm.workload.chat_data import ChatData, cache_root, open_chat_data
+from resilient_slurm.workload.chat_template import TemplateRenderError
+from resilient_slurm.workload.model import LlamaForCausalLM
+from resilient_slurm.workload.pretrained import HFWeights, PretrainedError, expected_shapes
+from resilient_slurm.workload.tokenizer import TokenizerError
+
+DATA_RECORD = "data.json"
+"""In the run directory: the data's fingerprint at the first start; later starts must match it."""
+
+
+class InputError(ValueError):
+    """Bad input (data, tokenizer, pretrained model): fix it and launch again; a restart cannot help."""
+
+
+INPUT_ERRORS = (DataFormatError, DataChangedError, TemplateRenderError, TokenizerError, PretrainedError,
+                FileNotFoundError)
+
+
+def open_data(cfg: Config, run_dir: Path, comm: Comm) -> ChatData:
+    """The run's chat data, tokenized once (rank 0 of a node builds the cache entry, the others
+    wait). The first start records the data's fingerprint; a later start against changed data is
+    refused, naming the file."""
+    record = run_dir / DATA_RECORD
+    recorded = json.loads(record.read_text()) if record.exists() else None
+    tokenizer = cfg.data.tokenizer or cfg.model.pretrained or ""
+    try:
+        data = open_chat_data(cfg.data, tokenizer, cache_root(cfg), recorded)
+    except INPUT_ERRORS as e:
+        raise InputError(str(e)) from None
+    if data.tokenizer.vocab_size > cfg.model.vocab_size:
+        raise InputError(f"vocabulary mismatch: the tokenizer of {tokenizer} has {data.tokenizer.vocab_size} tokens "
+                         f"but the model embeds {cfg.model.vocab_size} (model.vocab_size); use the model's own "
+                         f"tokenizer, or a model whose vocabulary covers it")
+    if comm.rank == 0 and recorded is None:
+        tmp = record.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data.fingerprint.to_record(), indent=1) + "\n")
+        os.replace(tmp, record)
+    return data
+
+
+def build_model(cfg: Config, comm: Comm) -> LlamaForCausalLM:
+    """The model sharded over the run's ranks, with its initial weights."""
+    model = parallel.build_model(cfg.model, comm.mesh, comm.device)
+    fill_initial(model, cfg)
+    return model
+
+
+def fill_initial(model: nn.Module, cfg: Config) -> None:
+    """(Re)write this rank's shards with the initial weights: the pretrained ones, read row range
+    by row range from their files, or the seeded random ones."""
+    if not cfg.model.pretrained:
+        parallel.fill_random(model, cfg.model, cfg.train.seed)
+        return
+    try:
+        weights = HFWeights(cfg.model.pretrained)
+        weights.check(expected_shapes(cfg.model))
+    except INPUT_ERRORS as e:
+        raise InputError(str(e)) from None
+
+    def rows_of(name: str, shape: tuple[int, ...], start: int, stop: int, out: torch.Tensor) -> None:
+        if out.device.type == "cpu":
+            weights.read_rows(name, start, stop, out)
+        else:  # the file's bytes land in host memory first
+            host = torch.empty(out.shape, dtype=out.dtype)
+            weights.read_rows(name, start, stop, host)
+            out.copy_(host)
+
+    parallel.fill(model, rows_of)
