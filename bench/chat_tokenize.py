@@ -72,7 +72,7 @@ def main() -> None:
             for record in records:
                 f.write(json.dumps(record) + "\n")
                 count += 1
-        cfg = DataConfig(kind="chat", path=str(path), seq_len=seq_len)
+        cfg = DataConfig(path=str(path), seq_len=seq_len)
         cold = []
         for _ in range(args.repeats):
             shutil.rmtree(work / "cache", ignore_errors=True)

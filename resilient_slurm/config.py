@@ -9,7 +9,7 @@ as one line naming the key and the fix.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -408,11 +408,13 @@ class Adjustment:
 
 
 def to_config(cfg: DictConfig | dict[str, Any], explicit: Iterable[str] = (),
-              adjustments: list[Adjustment] | None = None) -> Config:
+              adjustments: list[Adjustment] | None = None,
+              resolve_model: Callable[[ModelConfig], ModelConfig] | None = None) -> Config:
     """Resolve, type-check and validate a composed config; raise ConfigError listing every problem,
     one line each. `explicit` names the keys the user set on the command line: defaults that do not
     fit are adjusted only where the user did not choose them, and each change is appended to
-    `adjustments`."""
+    `adjustments`. `resolve_model` fills in what the model's own files say (its dimensions, from a
+    pretrained directory) before the values are checked against each other."""
     container = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(container, dict)
     container = {k: v for k, v in container.items() if k != "hydra"}
@@ -432,6 +434,11 @@ def to_config(cfg: DictConfig | dict[str, Any], explicit: Iterable[str] = (),
     except OmegaConfBaseException as e:
         raise ConfigError(_type_problem(getattr(e, "full_key", None) or "config", e)) from None
     assert isinstance(typed, Config)
+    if resolve_model is not None and not problems:
+        try:
+            typed.model = resolve_model(typed.model)
+        except ValueError as e:
+            raise ConfigError(f"model.pretrained: {e}") from None
     adjusted = fit_warmup(typed, set(explicit))
     if adjusted and adjustments is not None:
         adjustments.append(adjusted)
@@ -486,7 +493,8 @@ def validate(cfg: Config) -> list[str]:
     m, d, o, t, c, k = cfg.model, cfg.data, cfg.optim, cfg.train, cfg.checkpoint, cfg.cluster
 
     def need(ok: bool, msg: str) -> None:
-        if not ok:
+        # One line per key: the first problem found with it.
+        if not ok and msg.split(":")[0] not in {line.split(":")[0] for line in p}:
             p.append(msg)
 
     need(bool(cfg.run.root), "run.root: empty; set it to the experiments directory")
@@ -495,6 +503,8 @@ def validate(cfg: Config) -> list[str]:
         need(key in values and values[key] not in (None, ""),
              f"{key}: +experiment={cfg.run.experiment} needs it; set {key}=..." if key in values
              else f"run.require: {key!r} is not a config key; fix the recipe")
+    if p:
+        return p  # without what the recipe needs (its model, its data) the other checks would mislead
     need(cfg.run.name is None or _safe_name(cfg.run.name),
          f"run.name: {cfg.run.name!r} is not a plain name; use letters, digits, '.', '_', '-'")
     need(_safe_name(cfg.run.experiment),
@@ -509,7 +519,8 @@ def validate(cfg: Config) -> list[str]:
     need(d.seq_len <= m.max_seq_len,
          f"data.seq_len: {d.seq_len} exceeds model.max_seq_len={m.max_seq_len}; lower it or raise max_seq_len")
     need(bool(d.path), "data.path: empty; set data.path=FILE.jsonl (or a directory of .jsonl files)")
-    need(bool(d.tokenizer or m.pretrained), "data.tokenizer: empty and model.pretrained is not set; set one of them "
+    # A recipe that requires model.pretrained says so already; its tokenizer comes from there.
+    need(bool(d.tokenizer or m.pretrained) or "model.pretrained" in cfg.run.require, "data.tokenizer: empty and model.pretrained is not set; set one of them "
                                             "to a Hugging Face directory with tokenizer.json and a chat template")
     need(d.loss in LOSS_MODES, f"data.loss: {d.loss!r} unknown; use one of {', '.join(LOSS_MODES)}")
     need(d.overlong in ("truncate", "drop"), f"data.overlong: {d.overlong!r}; use truncate or drop")

@@ -2,7 +2,7 @@
 
 Modules, in the order a save
 and a resume use them:
-    layout         directory and file names; which rank writes which tensors            [pure]
+    layout         directory and file names; which rank writes which rows of which tensors [pure]
     manifest       sizes and CRC32s of every file: the commit marker                     [pure]
     policy         when a save is due (every N steps, exponential, every T minutes)      [pure]
     interval       the Young-Daly interval from measured cost and observed failures      [pure]
@@ -20,6 +20,7 @@ and a resume use them:
     store          listing, quarantine, deletion and fsync of step directories
     cold           the cold tier over fsspec (a shared path or s3://)
     uploader       background, verified copies to the cold tier and its retention
+    reader         rows of saved tensors into this rank's shards, only the byte ranges it needs
     load           resume: the newest checkpoint that verifies, from either tier
     verify         the `verify` check, shared by the command and the loader
     checkpointer   the loop's single entry point: when, save, retention, tiers, resume

@@ -20,6 +20,7 @@ from resilient_slurm.launch import rundir
 from resilient_slurm.launch.local import run_local
 from resilient_slurm.launch.submit import submit
 from resilient_slurm.ledger import ConfigAdjusted, EventLog
+from resilient_slurm.workload.pretrained import apply_pretrained
 
 register_schema()
 
@@ -29,7 +30,7 @@ def main(dict_cfg: DictConfig) -> None:
     overrides = list(HydraConfig.get().overrides.task)
     adjustments: list[Adjustment] = []
     try:
-        cfg = to_config(dict_cfg, explicit_keys(overrides), adjustments)
+        cfg = to_config(dict_cfg, explicit_keys(overrides), adjustments, resolve_model=apply_pretrained)
         run_dir, resumed = rundir.prepare(cfg, overrides)
     except ConfigError as e:
         for line in str(e).splitlines():

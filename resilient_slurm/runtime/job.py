@@ -30,15 +30,15 @@ from resilient_slurm.checkpoint.state import (
     capture_snapshot,
 )
 from resilient_slurm.config import Config
-from resilient_slurm.export.from_checkpoint import export_checkpoint
 from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.export.from_checkpoint import export_checkpoint
 from resilient_slurm.launch import rundir
 from resilient_slurm.ledger import EventLog, read_events, utc_now
 from resilient_slurm.monitor.detectors import Finding, Monitor, Observation
 from resilient_slurm.monitor.gpu_sampler import GpuSampler
 from resilient_slurm.recovery import Action, on_findings
-from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime import build
+from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.evaluation import Evaluator
 from resilient_slurm.runtime.faults import FaultInjector
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler

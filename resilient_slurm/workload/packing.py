@@ -3,7 +3,7 @@
 A row holds whole documents (conversations) one after another, then padding. Each token carries
 the index of its document within the row (padding: -1), which is all the model needs to keep
 documents apart: positions restart at 0 at each document, a token may attend only to earlier
-tokens of its own document (the block-diagonal causal mask `Batch.attention_mask` builds), and
+tokens of its own document (the block-diagonal causal mask `model.block_causal_mask` builds), and
 the last token of a document has no label, so nothing learns to predict the next document.
 
 Rows are packed best-fit over a small window of open rows: each document goes to the open row with

@@ -21,9 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 # The tiny_sft recipe shrunk further so a 200-step run takes seconds on 2 cores.
 SMALL = [
     "+experiment=tiny_sft", "model.hidden_size=64", "model.intermediate_size=160", "model.num_layers=2",
-    "model.num_heads=4", "model.num_kv_heads=2", "model.vocab_size=128", "data.seq_len=48", "data.max_items=8",
-    "data.global_batch_size=4", "data.micro_batch_size=2", "optim.warmup_steps=10", "train.log_every_steps=50",
-    "train.max_steps=200", "checkpoint.every_steps=25",
+    "model.num_heads=4", "model.num_kv_heads=2", "data.seq_len=64", "data.global_batch_size=4",
+    "data.micro_batch_size=2", "optim.warmup_steps=10", "train.log_every_steps=50", "train.max_steps=200",
+    "checkpoint.every_steps=25", "eval.every_steps=0",
 ]
 
 

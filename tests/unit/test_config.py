@@ -13,6 +13,8 @@ from resilient_slurm.config import (
     to_dict,
     validate,
 )
+from resilient_slurm.workload.pretrained import apply_pretrained
+from tests.hf_model import make_hf_model
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 register_schema()
@@ -23,23 +25,57 @@ def composed(*overrides):
         return compose("config", overrides=list(overrides))
 
 
-@pytest.mark.parametrize("experiment", ["tiny_sft", "llama8b_sft"])
-def test_experiments_compose_and_validate(experiment):
-    cfg = to_config(composed(f"+experiment={experiment}"))
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    return make_hf_model(tmp_path_factory.mktemp("hf") / "small-llama")
+
+
+@pytest.mark.parametrize("experiment", ["tiny_sft", "sft", "llama8b_sft"])
+def test_experiments_compose_and_validate(experiment, pretrained):
+    extra = [] if experiment == "tiny_sft" else [f"model.pretrained={pretrained}", "data.path=chat.jsonl"]
+    cfg = to_config(composed(f"+experiment={experiment}", *extra), resolve_model=apply_pretrained)
     assert cfg.run.experiment == experiment
 
 
-def test_tiny_is_the_8b_recipe_scaled_down():
+@pytest.mark.parametrize("experiment", ["sft", "llama8b_sft"])
+def test_the_real_recipes_refuse_to_start_without_a_model_and_data_naming_both(experiment):
+    with pytest.raises(ConfigError) as err:
+        to_config(composed(f"+experiment={experiment}"), resolve_model=apply_pretrained)
+    lines = str(err.value).splitlines()
+    assert [line.split(":")[0] for line in lines] == ["model.pretrained", "data.path"]
+    assert all(f"+experiment={experiment} needs it" in line for line in lines)
+
+
+def test_a_pretrained_directory_sets_every_dimension(pretrained):
+    cfg = to_config(composed("+experiment=llama8b_sft", f"model.pretrained={pretrained}", "data.path=x.jsonl"),
+                    resolve_model=apply_pretrained)
+    m = cfg.model
+    assert (m.hidden_size, m.num_layers, m.num_heads, m.num_kv_heads, m.vocab_size, m.max_seq_len) == (
+        64, 2, 4, 2, 512, 4096)
+    assert m.name == "small-llama" and m.dtype == "bfloat16" and m.activation_checkpointing
+
+
+def test_another_architecture_is_refused_at_launch_by_name(pretrained, tmp_path):
+    import json
+    import shutil
+
+    other = tmp_path / "mistral"
+    shutil.copytree(pretrained, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "architectures": ["MistralForCausalLM"],
+                                                   "model_type": "mistral"}))
+    with pytest.raises(ConfigError, match=r"^model.pretrained: .*MistralForCausalLM is not supported"):
+        to_config(composed("+experiment=sft", f"model.pretrained={other}", "data.path=x.jsonl"),
+                  resolve_model=apply_pretrained)
+
+
+def test_tiny_and_8b_are_the_sft_recipe_at_two_sizes():
     tiny = to_config(composed("+experiment=tiny_sft"))
-    big = to_config(composed("+experiment=llama8b_sft"))
-    assert big.model.hidden_size == 4096 and big.model.num_layers == 32 and big.model.num_kv_heads == 8
-    assert big.data.seq_len == 4096 and big.optim.lr == pytest.approx(1e-4)
-    same = lambda a, b: {k: v for k, v in a.__dict__.items()} == {k: v for k, v in b.__dict__.items()}
-    assert tiny.data.mix == big.data.mix and tiny.train.seed == big.train.seed
-    tiny_optim = dict(tiny.optim.__dict__, warmup_steps=None)
-    big_optim = dict(big.optim.__dict__, warmup_steps=None)
-    assert tiny_optim == big_optim
-    assert not same(tiny.model, big.model)
+    big = composed("+experiment=llama8b_sft")
+    assert big.data.seq_len == 4096 and big.model.activation_checkpointing and big.model.dtype == "bfloat16"
+    assert tiny.data.seq_len == 128 and not tiny.model.pretrained and tiny.data.path.startswith("asset:")
+    assert tiny.optim.weight_decay == big.optim.weight_decay and tiny.train.seed == big.train.seed
+    assert tiny.data.loss == big.data.loss == "assistant"
 
 
 @pytest.mark.parametrize(
@@ -130,22 +166,22 @@ def test_conf_holds_only_values_that_differ_from_the_dataclass_defaults():
             assert defaults.get(f"{prefix}{key}", object()) != value, f"{path.name}: {prefix}{key} repeats its default"
 
 
-def test_data_chat_selects_the_chat_pipeline():
-    cfg = to_config(composed("+experiment=tiny_sft", "data=chat", "data.path=/data/chat.jsonl"))
-    assert (cfg.data.kind, cfg.data.path, cfg.data.loss, cfg.data.overlong, cfg.data.bad_lines) == (
+def test_data_chat_takes_the_models_tokenizer():
+    cfg = to_config(composed("+experiment=tiny_sft", "data=chat", "data.path=/data/chat.jsonl",
+                             "data.tokenizer=asset:tiny_chat"))
+    assert (cfg.data.task, cfg.data.path, cfg.data.loss, cfg.data.overlong, cfg.data.bad_lines) == (
         "chat", "/data/chat.jsonl", "assistant", "truncate", "error")
-    tiny = to_config(composed("+experiment=tiny_sft", "data=tiny_chat"))
-    assert tiny.data.path.startswith("asset:") and tiny.data.tokenizer == "asset:tiny_chat"
+    with pytest.raises(ConfigError, match="^data.tokenizer: empty and model.pretrained is not set"):
+        to_config(composed("+experiment=tiny_sft", "data=chat", "data.path=/data/chat.jsonl"))
 
 
 @pytest.mark.parametrize("override, key", [
     ("data.loss=prompt", "data.loss"),
     ("data.overlong=wrap", "data.overlong"),
     ("data.bad_lines=ignore", "data.bad_lines"),
-    ("data.kind=web", "data.kind"),
     ("data.path=", "data.path"),
 ])
 def test_bad_chat_values_give_one_line_naming_the_key(override, key):
     with pytest.raises(ConfigError) as err:
-        to_config(composed("+experiment=tiny_sft", "data=chat", "data.path=/data/chat.jsonl", override))
+        to_config(composed("+experiment=tiny_sft", override))
     assert str(err.value).startswith(key) and "\n" not in str(err.value)

@@ -37,13 +37,13 @@ def test_variant_from_overrides(overrides, expected):
 
 
 def test_run_name_shape():
-    assert run_name(Config(), ["optim.lr=3e-4"], date(2026, 1, 2)) == "llama-tiny-synthetic-sft-20260102-lr3e-4"
+    assert run_name(Config(), ["optim.lr=3e-4"], date(2026, 1, 2)) == "llama-tiny-tiny-chat-20260102-lr3e-4"
 
 
 def test_first_launch_creates_the_layout_and_relaunch_resumes(tmp_path):
     c = cfg(tmp_path)
     path, resumed = rundir.prepare(c, ["optim.lr=1e-4"], date(2026, 1, 2))
-    assert not resumed and path == tmp_path / "exp" / "llama-tiny-synthetic-sft-20260102-lr1e-4"
+    assert not resumed and path == tmp_path / "exp" / "llama-tiny-tiny-chat-20260102-lr1e-4"
     assert {p.name for p in path.iterdir()} >= {"config.yaml", "checkpoints", "logs", "run.json", "overrides.yaml"}
     again, resumed = rundir.prepare(cfg(tmp_path), ["optim.lr=1e-4"], date(2026, 1, 2))
     assert again == path and resumed

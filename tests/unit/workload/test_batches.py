@@ -4,10 +4,11 @@ import torch
 
 from resilient_slurm.config import DataConfig
 from resilient_slurm.workload.batches import Batch, PackedBatchSampler, PackedRows
+from resilient_slurm.workload.model import block_causal_mask
 from resilient_slurm.workload.packing import IGNORE_INDEX
 
 SEQ = 16
-CFG = DataConfig(kind="chat", path="x", seq_len=SEQ, global_batch_size=8, micro_batch_size=2)
+CFG = DataConfig(path="x", seq_len=SEQ, global_batch_size=8, micro_batch_size=2)
 
 
 def rows(n=21):
@@ -66,7 +67,7 @@ def test_a_batch_has_shifted_labels_restarting_positions_and_document_ids():
 
 def test_no_token_attends_across_documents():
     b = rows().batch([0])
-    mask = b.attention_mask()[0, 0]
+    mask = block_causal_mask(b.document_ids)[0, 0]
     assert mask.shape == (SEQ, SEQ) and mask.dtype == torch.bool
     assert mask[:6, :6].equal(torch.ones(6, 6, dtype=torch.bool).tril())
     assert not mask[6:13, :6].any() and not mask[:6, 6:].any() and not mask[13:, :13].any()

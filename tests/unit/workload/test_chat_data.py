@@ -24,7 +24,7 @@ def write_jsonl(path, records):
 
 
 def cfg(path, **kw):
-    return DataConfig(kind="chat", path=str(path), val_samples=kw.pop("val_samples", 20), **kw)
+    return DataConfig(path=str(path), val_samples=kw.pop("val_samples", 20), **kw)
 
 
 @pytest.fixture
@@ -181,7 +181,7 @@ def test_ranks_starting_at_once_build_the_entry_once(data_file, tmp_path):
 
 
 def test_the_shipped_tiny_chat_set_loads(tmp_path):
-    data = open_chat_data(DataConfig(kind="chat", path=f"{TINY}/chat.jsonl"), TINY, str(tmp_path / "cache"))
+    data = open_chat_data(DataConfig(path=f"{TINY}/chat.jsonl"), TINY, str(tmp_path / "cache"))
     s = data.stats
     assert s.conversations == 4000 and s.skipped_lines == 0 and s.dropped == 0
     assert data.tokenizer.vocab_size <= 512  # conf/model/llama_tiny.yaml
