@@ -61,7 +61,7 @@ from resilient_slurm.checkpoint.verify import verify  # noqa: E402
 from resilient_slurm.config import CheckpointConfig, ModelConfig, OptimConfig  # noqa: E402
 from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
-from resilient_slurm.workload.model import build_model  # noqa: E402
+from resilient_slurm.workload.model import plain_model  # noqa: E402
 
 SAVES = ("project", "torch.save", "safetensors", "DCP")
 ASYNC = ("project", "DCP")
@@ -70,7 +70,7 @@ ASYNC = ("project", "DCP")
 def payload(layers: int):
     cfg = ModelConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_layers=layers, num_heads=16,
                       num_kv_heads=16, max_seq_len=64)
-    model = build_model(cfg, seed=0)
+    model = plain_model(cfg, seed=0)
     opt = build_optimizer(model, OptimConfig())
     sched = build_scheduler(opt, OptimConfig(), 100)
     model(torch.randint(0, cfg.vocab_size, (1, 16))).float().mean().backward()
@@ -143,7 +143,7 @@ class Methods:
 
     def save_safetensors(self, d: Path) -> None:
         d.mkdir(parents=True)
-        save_file(model_tensors(self.model), str(d / "model.safetensors"))
+        save_file({n: h.data for n, h in model_tensors(self.model).items()}, str(d / "model.safetensors"))
         optim = optimizer_tensors(self.opt, self.names)
         for key in ("exp_avg", "exp_avg_sq"):
             part = {n: t for n, t in optim.items() if n.endswith(key) or (key == "exp_avg" and n.endswith(".step"))}
@@ -246,7 +246,7 @@ def main() -> None:
     model, opt, sched = payload(args.layers)
     m = Methods(model, opt, sched, CheckpointConfig(), base)
     snap = m.snapshot()
-    size = sum(t.numel() * t.element_size() for t in [*snap.model.values(), *snap.optimizer.values()])
+    size = sum(h.spec.nbytes for h in [*snap.model.values(), *snap.optimizer.values()])
     gb = size / 1e9
     saves = {"project": m.save_project, "torch.save": m.save_torch, "safetensors": m.save_safetensors,
              "DCP": m.save_dcp}

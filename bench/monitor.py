@@ -29,10 +29,11 @@ from resilient_slurm.monitor.detectors import Monitor, Observation  # noqa: E402
 from resilient_slurm.monitor.gpu_sampler import GpuSampler  # noqa: E402
 from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
+from resilient_slurm.runtime.parallel import build_model, fill_random  # noqa: E402
 from resilient_slurm.runtime.step import Trainer  # noqa: E402
 from resilient_slurm.runtime.watchdog import Watchdog  # noqa: E402
-from resilient_slurm.workload.data import GlobalBatchSampler  # noqa: E402
-from resilient_slurm.workload.model import build_model  # noqa: E402
+from resilient_slurm.workload.batches import PackedBatchSampler  # noqa: E402
+from resilient_slurm.workload.chat_data import open_chat_data  # noqa: E402
 
 
 def main() -> None:
@@ -40,15 +41,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--blocks", type=int, default=12)
     args = parser.parse_args()
-    cfg = Config()  # the tiny_sft model and batch: d=256, 4 layers, 8 x 128 tokens
+    cfg = Config()  # the tiny_sft model, data and batch: d=256, 4 layers, 8 x 128 tokens
     torch.set_num_threads(2)
     comm = Comm(RankInfo(0, 1, 0, "127.0.0.1", 0))
-    model = build_model(cfg.model, 0)
+    model = build_model(cfg.model, comm.mesh, comm.device)
+    fill_random(model, cfg.model, 0)
+    logs = Path(tempfile.mkdtemp(prefix="bench-monitor-"))
+    data = open_chat_data(cfg.data, cfg.data.tokenizer, str(logs / "cache"))
     opt = build_optimizer(model, cfg.optim)
     trainer = Trainer(model, opt, build_scheduler(opt, cfg.optim, 10_000), comm, 1.0)
-    sampler = GlobalBatchSampler(cfg.data, 0, 0, 1)
+    sampler = PackedBatchSampler(data.train, cfg.data, 0, 0, 1)
     monitor = Monitor(cfg.monitor)
-    logs = Path(tempfile.mkdtemp(prefix="bench-monitor-"))
     watchdog = Watchdog(cfg.monitor, logs, EventLog(logs / "events.jsonl"), 0, lambda s, r: None, ExitCode.FAILED)
     gpu = GpuSampler(0, cfg.monitor.gpu_sample_s)
     gpu.start()

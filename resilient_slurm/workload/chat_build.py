@@ -40,7 +40,8 @@ Parsed = tuple[str, list[Message], int]
 
 
 class DataFormatError(ValueError):
-    """A malformed line, as `file:line: what is wrong; the fix`."""
+    """Data the run cannot train on: a malformed line (`file:line: what is wrong; the fix`), or a set
+    with nothing left to train on."""
 
 
 @dataclass
@@ -81,11 +82,11 @@ def build(entry: str, files: list[str], cfg: DataConfig, tok: ChatTokenizer) -> 
     stats = DataStats(files=len(files))
     keys = [key for _, _, key in _parsed(files, cfg, stats, count=True)]
     if not keys:
-        raise ValueError(f"data.path: no well-formed conversation in {', '.join(files)[:200]} "
+        raise DataFormatError(f"data.path: no well-formed conversation in {', '.join(files)[:200]} "
                          f"({stats.skipped_lines} malformed lines skipped); check the files' format")
     distinct = np.unique(np.array(keys, dtype=np.uint64))
     if cfg.val_samples >= len(distinct):
-        raise ValueError(f"data.val_samples: {cfg.val_samples} held-out conversations leave none to train on "
+        raise DataFormatError(f"data.val_samples: {cfg.val_samples} held-out conversations leave none to train on "
                          f"({len(distinct)} distinct in {', '.join(files)[:200]}); lower data.val_samples")
     threshold = int(distinct[cfg.val_samples - 1])
     docs: dict[str, list[EncodedChat]] = {"train": [], "val": []}
@@ -101,7 +102,7 @@ def build(entry: str, files: list[str], cfg: DataConfig, tok: ChatTokenizer) -> 
             if split == "val" and encoded.prompt_len + encoded.target_len <= cfg.seq_len:
                 evals.append(encoded)
     if not docs["train"]:
-        raise ValueError(f"data.path: no conversation of {', '.join(files)[:200]} fits data.seq_len={cfg.seq_len}; "
+        raise DataFormatError(f"data.path: no conversation of {', '.join(files)[:200]} fits data.seq_len={cfg.seq_len}; "
                          "raise data.seq_len or use data.overlong=truncate")
     os.makedirs(entry)
     stats.train_rows = _write_rows(entry, "train", docs["train"], cfg.seq_len, tok.pad_id)

@@ -73,7 +73,7 @@ class ChatTemplate:
         try:
             self._template = env.from_string(source)
         except jinja2.exceptions.TemplateSyntaxError as e:
-            raise ValueError(f"chat template of {origin}: syntax error on its line {e.lineno}: {e.message}; "
+            raise TemplateRenderError(f"chat template of {origin}: syntax error on its line {e.lineno}: {e.message}; "
                              "fix the template") from None
         self.source = source
         self.variables = dict(variables)

@@ -8,7 +8,7 @@ import pytest
 
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind
-from resilient_slurm.workload.data import SampleStream
+from resilient_slurm.workload.batches import SampleStream
 from tests.integration.runs import events, finish, launch, run_dir
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,8 @@ def test_nan_rolls_back_past_the_bad_data_and_the_run_finishes(tmp_path):
     assert rollback.details.checkpoint.endswith("step_00000050")
     g = 4  # global batch of the test config
     assert rollback.details.skipped_batches == 20 and rollback.details.skipped_positions == [50 * g, 70 * g]
-    assert rollback.details.skipped_samples == SampleStream(100_000, 1234).indices(50 * g, 20 * g)
+    (data,) = [e for e in ev if e.kind is Kind.DATA_READY]  # the rows the sampler draws from
+    assert rollback.details.skipped_samples == SampleStream(data.details.rows, 1234).indices(50 * g, 20 * g)
     assert ev[-1].kind is Kind.FINISH and ev[-1].step == 200
     rows = [json.loads(line) for line in (run_dir(tmp_path, "nan") / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 201))  # the lost steps' lines were dropped
