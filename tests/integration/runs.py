@@ -27,10 +27,10 @@ SMALL = [
 ]
 
 
-def launch(root: Path, name: str, *overrides: str) -> subprocess.Popen:
+def launch(root: Path, name: str, *overrides: str, base: list[str] = SMALL) -> subprocess.Popen:
     """`python -m resilient_slurm.launch` in its own session, so a test can signal it like a scheduler would."""
     return subprocess.Popen(
-        [sys.executable, "-m", "resilient_slurm.launch", *SMALL, f"run.root={root}", f"run.name={name}", *overrides],
+        [sys.executable, "-m", "resilient_slurm.launch", *base, f"run.root={root}", f"run.name={name}", *overrides],
         cwd=REPO, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
