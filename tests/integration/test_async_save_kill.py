@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from resilient_slurm.checkpoint import store
 from resilient_slurm.checkpoint.async_save import AsyncSaver
-from resilient_slurm.checkpoint.state import Snapshot
+from resilient_slurm.checkpoint.state import Snapshot, held
 from resilient_slurm.checkpoint.verify import verify
 from tests.single_rank import one_rank
 
@@ -35,7 +35,8 @@ def _train_and_save_forever(root: str) -> None:
             t.fill_(step)
         for t in optim.values():
             t.fill_(-step)
-        snap = Snapshot(model, optim, rng={"step": step}, json_files={"train_state.json": {"step": step}})
+        snap = Snapshot({k: held(v, k) for k, v in model.items()}, {k: held(v, k) for k, v in optim.items()},
+                        rng={"step": step}, json_files={"train_state.json": {"step": step}})
         saver.save(step, snap, lambda _result, _error, _blocking: None)
         # Training goes on at once and changes the live state while the save is being written.
         for t in [*model.values(), *optim.values()]:

@@ -13,7 +13,7 @@ import torch
 
 from resilient_slurm.checkpoint import store
 from resilient_slurm.checkpoint.save import save
-from resilient_slurm.checkpoint.state import Snapshot
+from resilient_slurm.checkpoint.state import Snapshot, held
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind
@@ -39,7 +39,8 @@ def _save_forever(root: str) -> None:
     step = max([s for s, _ in store.list_step_dirs(Path(root))], default=0)
     while True:
         step += 1
-        snap = Snapshot(model, optim, rng={"step": step}, json_files={"train_state.json": {"step": step}})
+        snap = Snapshot({k: held(v, k) for k, v in model.items()}, {k: held(v, k) for k, v in optim.items()},
+                        rng={"step": step}, json_files={"train_state.json": {"step": step}})
         save(Path(root), step, snap, comm, max_shard_bytes=8 << 20, io_threads=2)
 
 
