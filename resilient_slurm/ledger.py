@@ -447,7 +447,8 @@ class SweepStarted(Details):
     trials: int
     """Trials the study held already."""
     running: int
-    """Of those, trials whose jobs were still running and were re-attached."""
+    """Of those, trials not finished yet (running, paused or waiting to be launched): re-attached or
+    resumed."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -527,7 +528,7 @@ class PbtGeneration(Details):
     KIND = Kind.PBT_GENERATION
     generation: int
     scores: list[list[Any]]
-    """[trial, objective] of each member, best first."""
+    """[trial, objective] of each member, best first (objective None: it has none yet)."""
     exploits: list[dict[str, Any]]
     """{recipient, donor, params}: the recipient copies the donor's checkpoint and continues with params."""
 

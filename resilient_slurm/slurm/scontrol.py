@@ -10,8 +10,8 @@ import os
 import re
 
 DEFAULT_SCONTROL = "/usr/bin/scontrol"
-DEFAULT_SCANCEL = "/usr/bin/scancel"
 """Absolute: Prologs and Epilogs run without PATH; jobs use it too, so both see the same binary."""
+DEFAULT_SCANCEL = "/usr/bin/scancel"
 SCONTROL_TIMEOUT_S = 30.0
 REASON_MAX_CHARS = 200
 

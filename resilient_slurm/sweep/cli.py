@@ -61,11 +61,22 @@ class Plan:
         space_args = [a for a in argv if is_search_argument(a)]
         plain = [a for a in argv if not is_search_argument(a)]
         base = _compose(plain)
-        cfg = to_config(base, explicit_keys(plain))
-        dims = parse_space(space_args, flatten(to_dict(cfg)))
-        problems = _check_values(base, plain, space_args, dims) + _check_search(cfg, dims)
+        problems: list[str] = []
+        cfg: Config | None = None
+        try:
+            cfg = to_config(base, explicit_keys(plain))
+        except ConfigError as e:
+            problems += str(e).splitlines()
+        try:
+            # With a config that did not validate, the space is still checked against its keys.
+            dims = parse_space(space_args, flatten(to_dict(cfg) if cfg else base))
+        except SpaceError as e:
+            problems += str(e).splitlines()
+        if cfg is not None and not problems:
+            problems = _check_values(base, plain, space_args, dims) + _check_search(cfg, dims)
         if problems:
             raise SweepError("\n".join(problems))
+        assert cfg is not None
         return cls(base, cfg, plain, space_args, dims)
 
     def search(self) -> study.Search:

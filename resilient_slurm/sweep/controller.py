@@ -100,11 +100,11 @@ class Controller:
     # --- the loop
     def run(self) -> bool:
         """Until the search is done (True) or a stop is requested (False)."""
-        existed = bool(self.study.trials)
-        self._recover()
-        running = sum(t.status is Status.RUNNING for t in self.trials.values())
-        self.log.emit(SweepStarted(study=self.dir.name, resumed=existed, trials=len(self.trials), running=running),
+        trials = [t for t in self.study.trials if t.state is not optuna.trial.TrialState.WAITING]
+        unfinished = sum(t.state not in _FINISHED for t in trials)
+        self.log.emit(SweepStarted(study=self.dir.name, resumed=bool(trials), trials=len(trials), running=unfinished),
                       None)
+        self._recover()
         while True:
             self._watch()
             if self.stop.requested:
@@ -212,7 +212,7 @@ class Controller:
     def _ingest(self, t: TrialRun) -> None:
         """Report the steps not reported yet; ask the pruner about the newest."""
         kept = self._measure(t)
-        if kept is None:
+        if kept is None or t.cancelling:  # a pruned trial is finished in Optuna: nothing more to report
             return
         new = feed.unread(kept, self.s.metric, max(t.reported, default=0))
         if not new:
@@ -221,7 +221,7 @@ class Controller:
         for step, value in new:
             trial.report(value, step)
             t.reported[step] = value
-        if self.s.pruner != "none" and not t.cancelling and trial.should_prune():
+        if self.s.pruner != "none" and trial.should_prune():
             step, value = new[-1]
             self.prune(t, step, f"{self.s.pruner} pruner at step {step}: {self.s.metric}={value:.6g}")
 

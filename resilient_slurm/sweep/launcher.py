@@ -45,8 +45,9 @@ class TrialLauncher:
         """The trial's typed config, the overrides that spell it, and what validation adjusted;
         raises ConfigError naming every problem."""
         tree = copy.deepcopy(dict(self.base))
+        # The controller watches the job itself: a submission must not block on it (cluster.wait).
         settings = {"run.name": self.run_name(number), "sweep.name": self.study, "train.pause_at_step": pause_at,
-                    **params}
+                    "cluster.wait": False, **params}
         for key, value in settings.items():
             _set(tree, key, value)
         spelled = self.overrides + [override(k, v) for k, v in settings.items()]

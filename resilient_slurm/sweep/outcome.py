@@ -2,7 +2,8 @@
 
 Only the events after the launch count (the controller writes `trial_launched` into the run's
 ledger; a Slurm submission writes `submitted` just before). The last conclusive one decides: a
-finish, a pause, a pruning, a give-up or failure, or a stop (the run saved after a signal). Asked
+finish, a pause, a give-up or failure, or a stop (the run saved after a signal); a pruning decides
+whatever followed it. Asked
 only once the job or process is gone: while a Slurm job lives, a crash or a stop is followed by a
 requeue.
 """
@@ -35,7 +36,7 @@ class Outcome:
     reason: str
 
 
-_CONCLUSIVE = (Kind.FINISH, Kind.PAUSED, Kind.TRIAL_PRUNED, Kind.GAVE_UP, Kind.STOP, Kind.CRASH, Kind.HANG,
+_CONCLUSIVE = (Kind.FINISH, Kind.PAUSED, Kind.GAVE_UP, Kind.STOP, Kind.CRASH, Kind.HANG,
                Kind.RANK_EXIT)
 
 
@@ -48,7 +49,11 @@ def since_launch(events: list[Event[Any]]) -> list[Event[Any]]:
 def classify(events: list[Event[Any]], how_it_ended: str) -> Outcome:
     """`events`: the run's ledger; `how_it_ended`: the job's final state or the process's exit
     status, for the reason when the ledger says nothing."""
-    last = [e for e in since_launch(events) if e.kind in _CONCLUSIVE]
+    recent = since_launch(events)
+    pruned = [e for e in recent if isinstance(e.details, TrialPruned)]
+    if pruned:  # whatever the job did after its cancel (a stop, even a finish) follows from it
+        return Outcome(Ended.PRUNED, pruned[-1].step, pruned[-1].details.reason)
+    last = [e for e in recent if e.kind in _CONCLUSIVE]
     if not last:
         return Outcome(Ended.FAILED, None, f"ended ({how_it_ended}) without a trace in its ledger")
     e = last[-1]
@@ -57,8 +62,6 @@ def classify(events: list[Event[Any]], how_it_ended: str) -> Outcome:
         return Outcome(Ended.FINISHED, e.step, "finished")
     if e.kind is Kind.PAUSED:
         return Outcome(Ended.PAUSED, e.step, "paused")
-    if isinstance(d, TrialPruned):
-        return Outcome(Ended.PRUNED, e.step, d.reason)
     if e.kind is Kind.STOP:
         return Outcome(Ended.STOPPED, e.step, f"stopped ({how_it_ended}) after an emergency save")
     if isinstance(d, GaveUp):

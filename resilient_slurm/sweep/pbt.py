@@ -15,6 +15,7 @@ the same step and makes the decisions reproducible from the seed.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +46,8 @@ def decide(scores: Mapping[int, float], params: Mapping[int, Mapping[str, Any]],
            rng: random.Random) -> list[Exploit]:
     """The exploits of one generation, from each member's score at its step and current params."""
     order = ranked(scores, direction)
-    n = min(max(1, int(len(order) * quantile)), len(order) // 2)
+    # Rounded up (6 members at 0.25: 2 each way), never more than half.
+    n = min(math.ceil(len(order) * quantile), len(order) // 2)
     top, bottom = order[:n], order[len(order) - n:]
     out = []
     for recipient in sorted(bottom):

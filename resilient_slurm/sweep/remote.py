@@ -30,10 +30,10 @@ class ControllerTask:
         from resilient_slurm.sweep import cli, session
 
         os.chdir(self.cwd)
+        job_id = os.environ["SLURM_JOB_ID"]
         # The trials' jobs are submitted from inside this one: they must not inherit its allocation.
         for key in [k for k in os.environ if k.startswith("SLURM_") and k != "SLURM_CONF"]:
             os.environ.pop(key)
-        job_id = self._job_id()
         plan = cli.parse([*self.argv, "sweep.controller=here"])
         if plan is None:
             sys.exit(int(ExitCode.CONFIG))
@@ -44,9 +44,6 @@ class ControllerTask:
             ok, message = scontrol.requeue(job_id)
             print(f"resilient_slurm: sweep controller requeued itself: {ok} {message.strip()}", flush=True)
         sys.exit(int(code))
-
-    def _job_id(self) -> str:
-        return os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ["SLURM_JOB_ID"]
 
 
 def submit_controller(plan: Plan, argv: list[str]) -> str:

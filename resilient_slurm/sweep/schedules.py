@@ -132,7 +132,8 @@ class Pbt:
         decided = pbt.decide(scores, {t.number: t.params for t in members}, self.dims, self.quantile,
                              self.direction, self.factors, self.resample_probability, rng) if len(scores) > 1 else []
         ctl.log.emit(PbtGeneration(generation=generation,
-                                   scores=[[n, scores[n]] for n in ranked(scores, self.direction)],
+                                   scores=[[n, scores.get(n)] for n in ranked(scores, self.direction)
+                                           + sorted(t.number for t in members if t.number not in scores)],
                                    exploits=[{"recipient": x.recipient, "donor": x.donor, "params": x.params,
                                               "how": x.how} for x in decided]), step)
         target = self.steps[generation]

@@ -129,6 +129,8 @@ def _dimension(key: str, value: Any, default: Any) -> Dimension:
         choices = tuple(value.list)
         if log:
             raise SpaceError("tag(log, ...) applies to an interval; drop it or use tag(log,interval(low,high))")
+        if not all(v is None or isinstance(v, (bool, int, float, str)) for v in choices):
+            raise SpaceError("choices must be a single value each (a number, a string, true/false)")
         if len(set(map(repr, choices))) != len(choices):
             raise SpaceError("a choice is listed twice; list each value once")
         return Dimension(key, choices=choices)

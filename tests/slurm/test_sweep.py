@@ -82,3 +82,20 @@ def test_a_pruned_trial_s_job_is_cancelled_and_the_reason_recorded(slurm_cluster
                        and job_state(job)["JobState"], 60)
     assert state == "CANCELLED" and last_step(pruned) < 60
     assert select(events(pruned), Stop)  # it saved on the way out, like any cancelled run
+
+
+def test_the_controller_as_a_slurm_job_requeues_itself_at_its_warning_and_finishes_the_study(
+        slurm_cluster, tmp_path, jobs_of):
+    out = run(tmp_path, "cluster=slurm", "sweep.controller=slurm", "sweep=random", "sweep.trials=3",
+              "sweep.parallel=2", "train.max_steps=60", "fault.step_sleep_s=0.1", "optim.lr=tag(log,interval(1e-4,3e-3))")
+    path = study_dir(tmp_path)
+    controller = (path / "controller" / "job_id").read_text().strip()
+    assert f"submitted controller job {controller}" in out
+    wait_until("two trials", lambda: len(select(study_events(path), TrialLaunched)) >= 2, 60)
+    slurm_cluster.run("scancel", "--signal=USR1", controller)  # what Slurm sends before the time limit
+    state = wait_until("the controller job to end", lambda: job_state(controller).get("JobState") in
+                       ("COMPLETED", "FAILED", "CANCELLED") and job_state(controller)["JobState"], 150)
+    assert state == "COMPLETED" and job_state(controller)["Restarts"] == "1"
+    assert [e.details.resumed for e in select(study_events(path), SweepStarted)] == [False, True]
+    assert [t.state.name for t in load(path).trials] == ["COMPLETE"] * 3
+    assert (path / "leaderboard.csv").read_text().count("complete") == 3

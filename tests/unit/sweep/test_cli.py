@@ -59,6 +59,12 @@ def test_a_different_search_under_an_existing_name_is_refused(tmp_path, capsys):
     assert study.check_spec(same.path(), same.search())  # how wide or long it runs may change
 
 
+def test_config_and_space_problems_are_reported_together(tmp_path, capsys):
+    code, lines = run(tmp_path, capsys, "optim.grad_clip=-1", "optim.lrr=interval(1e-5,1e-3)")
+    assert code == ExitCode.CONFIG and len(lines) == 2
+    assert "optim.grad_clip: -1.0; set it >= 0" in lines[0] and "optim.lrr is not a config key" in lines[1]
+
+
 def test_the_default_name_is_the_same_for_the_same_command(tmp_path):
     from resilient_slurm.sweep import cli
 
