@@ -103,6 +103,12 @@ class Accounting:
         return max(0, len(self.attempts) - 1)
 
 
+OUTSIDE = (Kind.SUBMITTED, Kind.CONFIG_ADJUSTED, Kind.CONFIG_CHANGED, Kind.TRIAL_LAUNCHED, Kind.TRIAL_PRUNED,
+           Kind.EXPLOIT)
+"""Written from outside the job (a launch, a search's controller), often between attempts: they
+mark no attempt's time."""
+
+
 def seconds(stamp: str) -> float:
     """Epoch seconds of a ledger/metrics UTC time (`2026-11-29T11:34:06.901Z`)."""
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
@@ -133,7 +139,7 @@ def account(events: list[Event[Any]], kept: list[dict[str, Any]], lost: list[dic
     attempts: list[Attempt] = []
     for i, group in enumerate(groups):
         rows = kept_by[i] + lost_by[i]
-        traces = [seconds(e.time) for e in group] + [seconds(r["time"]) for r in rows]
+        traces = [seconds(e.time) for e in group if e.kind not in OUTSIDE] + [seconds(r["time"]) for r in rows]
         traces += [seconds(s.details.process_started) for s in select(group, Start) if s.details.process_started]
         steps = [r["step"] for r in rows] + [e.step for e in group if isinstance(e.step, int)]
         resumed = next((e.step for e in select(group, Resume) if e.step is not None), 0)

@@ -39,6 +39,10 @@ from resilient_slurm.ledger import EventLog, read_events
 from resilient_slurm.runtime.distributed import Comm
 
 
+# Saves the process is about to exit after: they are written before the save call returns.
+_SYNC_REASONS = ("final", "pause")
+
+
 class CheckpointFailed(RuntimeError):
     """A save failed and `checkpoint.on_failure=stop`: the run ends here, as a failure."""
 
@@ -97,10 +101,12 @@ class Checkpointer:
     # --- saving
     def save(self, step: int, snap: Snapshot, reason: str) -> SaveResult | None:
         """Save at a step every rank reached. In the background (returns None at once) unless async
-        saves are off or this is the final save; a failed save is recorded and returns None."""
+        saves are off or this is the final save or a pause; a failed save is recorded and returns None."""
         if step == self.clock.last_save_step:
+            if reason in _SYNC_REASONS:
+                self.saver.wait()  # this step's own save may still be in flight
             return None
-        if not self.cfg.async_save or reason == "final":
+        if not self.cfg.async_save or reason in _SYNC_REASONS:
             self.saver.wait()
             return self._save_now(step, snap, reason, check=True)
         # Any rank's flag counts: a sum over ranks is > 0 when one raised it.
@@ -177,7 +183,7 @@ class Checkpointer:
             result = save(self.root, step, snap, self.group, self.cfg.max_shard_bytes, self.cfg.io_threads, check=check)
         except SaveError as e:
             self._finished(step, reason, None, str(e), mode="sync", blocking_s=0.0, has_optimizer=bool(snap.optimizer))
-            if self.cfg.on_failure == "stop" and reason not in ("emergency", "final"):
+            if self.cfg.on_failure == "stop" and reason not in ("emergency", *_SYNC_REASONS):
                 raise CheckpointFailed(f"a save failed and checkpoint.on_failure=stop: {e}") from None
             return None
         self.clock = SaveClock(last_save_step=step, last_save_time_s=time.time())
@@ -209,7 +215,7 @@ class Checkpointer:
 
     def _apply_retention(self, step: int) -> None:
         committed = [(s, p) for s, p in store.list_step_dirs(self.root) if (p / layout.MANIFEST).is_file()]
-        pinned = self.uploader.pinned() if self.uploader else frozenset()
+        pinned = (self.uploader.pinned() if self.uploader else frozenset()) | store.pinned_steps(self.root)
         try:
             infos = [CheckpointInfo(s, store.has_optimizer(p)) for s, p in committed]
             plan = plan_retention(infos, self.cfg, pinned)

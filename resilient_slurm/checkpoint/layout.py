@@ -12,6 +12,7 @@
         rng/rank-00000.json                     python, numpy, torch (and CUDA) RNG states of each rank
         manifest.json                           sizes and CRC32 of every file: the commit marker, written last
       .tmp.step_00000200/                       a save in progress; never read, removed on the next start
+      .pins/step_00000100.<holder>              retention keeps step 100 while this file exists (a PBT copy)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ OPTIMIZER_META = "optimizer.json"
 RNG_DIR = "rng"
 TMP_PREFIX = ".tmp."
 QUARANTINE_DIR = ".quarantine"
+PINS_DIR = ".pins"
 MODEL = "model"
 OPTIMIZER = "optimizer"
 

@@ -24,6 +24,31 @@ def list_step_dirs(root: Path) -> list[tuple[int, Path]]:
     return sorted(((s, p) for s, p in found if s is not None), reverse=True)
 
 
+def pin(root: Path, step: int, holder: str) -> Path:
+    """Hold a checkpoint back from retention while another process reads it (a PBT member copying
+    it); `unpin` with the returned path. Retention runs in the job that owns the checkpoints, so
+    the hold is a file there: `<root>/.pins/<step dir>.<holder>`."""
+    pins = root / layout.PINS_DIR
+    pins.mkdir(exist_ok=True)
+    path = pins / f"{layout.step_dir_name(step)}.{holder}"
+    path.touch()
+    fsync_dir(pins)
+    return path
+
+
+def unpin(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+def pinned_steps(root: Path) -> frozenset[int]:
+    """Steps some process holds a pin on."""
+    pins = root / layout.PINS_DIR
+    if not pins.is_dir():
+        return frozenset()
+    steps = (layout.parse_step_dir(p.name.partition(".")[0]) for p in pins.iterdir())
+    return frozenset(s for s in steps if s is not None)
+
+
 def remove_partial_saves(root: Path) -> list[Path]:
     """Remove `.tmp.*` directories left by saves that died; they were never visible as checkpoints."""
     removed = []

@@ -4,6 +4,9 @@ The launcher passes stop signals on to every rank, and makes sure a rank that di
 the others blocked in a collective: once any rank has exited, the rest get `kill_grace_s` to
 follow before they are killed. Ranks die with the launcher (PR_SET_PDEATHSIG), so a SIGKILL of
 the launcher never leaves orphans holding memory.
+
+`python -m resilient_slurm.launch.local RUN_DIR` runs an already-prepared run directory (a
+search's local trials: the controller prepares the directory, this runs it).
 """
 
 from __future__ import annotations
@@ -90,3 +93,18 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def main(argv: list[str]) -> int:
+    """`python -m resilient_slurm.launch.local RUN_DIR`: run a prepared run directory here."""
+    from resilient_slurm.launch.rundir import load_config
+
+    if len(argv) != 1:
+        print("usage: python -m resilient_slurm.launch.local RUN_DIR", file=sys.stderr)
+        return ExitCode.CONFIG
+    run_dir = Path(argv[0])
+    return run_local(load_config(run_dir), run_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -9,6 +9,10 @@
 A relaunch may change where and how the run executes (cluster, checkpoint policy, logging), but
 not what it computes: a different model, data, optimizer or schedule is a different run, refused
 unless `run.fork=true` asks for one (`<name>-forkN`, whose run.json names its parent).
+
+The one exception is a change the caller allows explicitly (`AllowedChange`: PBT's explore step
+continues a member with new hyperparameters). It is recorded in run.json (`changes`, and the new
+config hash) and in the ledger (`config_changed`); the run resumes with the new values.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import hashlib
 import json
 import os
 import uuid
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,7 @@ from resilient_slurm.config import (
     to_dict,
 )
 from resilient_slurm.launch.naming import ablation_group, run_name
-from resilient_slurm.ledger import utc_now
+from resilient_slurm.ledger import ConfigChanged, EventLog, utc_now
 
 CONFIG = "config.yaml"
 RUN_META = "run.json"
@@ -57,6 +62,14 @@ def config_hash(cfg: Config) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class AllowedChange:
+    """Identity keys a relaunch may change, and why (recorded with the change)."""
+
+    keys: frozenset[str]
+    reason: str
+
+
 def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return sorted(k for k in old.keys() | new.keys() if old.get(k, _MISSING) != new.get(k, _MISSING))
 
@@ -64,9 +77,11 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 _MISSING = object()
 
 
-def prepare(cfg: Config, overrides: list[str], today: date | None = None) -> tuple[Path, bool]:
+def prepare(cfg: Config, overrides: list[str], today: date | None = None,
+            allow: AllowedChange | None = None) -> tuple[Path, bool]:
     """Create or re-open the run directory; returns (path, resumed). Refuses a changed identity,
-    or with `run.fork` moves to the first fork `<name>-forkN` that is new or has this identity."""
+    or with `run.fork` moves to the first fork `<name>-forkN` that is new or has this identity;
+    a change of only the keys `allow` names is made and recorded instead."""
     run_dir = run_dir_for(cfg, overrides, today)
     parent: dict[str, Any] | None = None
     if cfg.run.fork and (run_dir / CONFIG).exists() and (changed := _changed(run_dir, cfg)):
@@ -75,7 +90,9 @@ def prepare(cfg: Config, overrides: list[str], today: date | None = None) -> tup
     cfg.run.name = run_dir.name
     if (run_dir / CONFIG).exists():
         changed = _changed(run_dir, cfg)
-        if changed:
+        if changed and allow is not None and set(changed) <= allow.keys:
+            _record_change(run_dir, cfg, changed, allow.reason)
+        elif changed:
             old, new = flatten(to_dict(load_config(run_dir))), flatten(to_dict(cfg))
             listed = ", ".join(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in changed[:_LISTED_KEYS])
             more = f" and {len(changed) - _LISTED_KEYS} more" if len(changed) > _LISTED_KEYS else ""
@@ -102,6 +119,21 @@ def prepare(cfg: Config, overrides: list[str], today: date | None = None) -> tup
     (run_dir / RUN_META).write_text(json.dumps(meta, indent=1) + "\n")
     record_launch(run_dir, overrides, resumed=False)
     return run_dir, False
+
+
+def _record_change(run_dir: Path, cfg: Config, changed: list[str], reason: str) -> None:
+    """run.json gets the change and the new config hash (stamped into the checkpoints saved from now
+    on, which is how the loop knows to apply the new values when it resumes from an older one)."""
+    old, new = flatten(to_dict(load_config(run_dir))), flatten(to_dict(cfg))
+    diff = {k: [old.get(k), new.get(k)] for k in changed}
+    meta = read_meta(run_dir)
+    meta.setdefault("changes", []).append({"time": utc_now(), "changed": diff, "reason": reason,
+                                           "previous_config_hash": meta["config_hash"]})
+    meta["config_hash"] = config_hash(cfg)
+    tmp = run_dir / f".{RUN_META}.tmp"
+    tmp.write_text(json.dumps(meta, indent=1) + "\n")
+    os.replace(tmp, run_dir / RUN_META)
+    EventLog(run_dir / "events.jsonl", rank=-1).emit(ConfigChanged(changed=diff, reason=reason), None)
 
 
 def _changed(run_dir: Path, cfg: Config) -> list[str]:

@@ -41,7 +41,7 @@ from resilient_slurm.runtime import build
 from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.evaluation import Evaluator
 from resilient_slurm.runtime.faults import FaultInjector
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
+from resilient_slurm.runtime.optim import apply_hyperparameters, build_optimizer, build_scheduler
 from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
 from resilient_slurm.runtime.step import StepResult, Trainer
 from resilient_slurm.runtime.watchdog import Watchdog
@@ -164,6 +164,8 @@ class _Loop:
         try:
             self._resume()
             while self.progress.step < cfg.train.max_steps:
+                if 0 < cfg.train.pause_at_step <= self.progress.step:
+                    return self._pause()
                 code = self._step()
                 if code is not None:
                     return code
@@ -310,6 +312,10 @@ class _Loop:
     def _restore_progress(self, ts: dict[str, Any]) -> None:
         self.progress = Progress(ts["step"], ts["tokens_seen"], ts["train_seconds"])
         self.sampler.state.samples_consumed = ts["samples_consumed"]
+        if ts.get("config_hash") != self.identity["config_hash"]:
+            # Saved before a recorded config change (rundir.AllowedChange), or by another run (a PBT
+            # member's copied checkpoint): the run's own hyperparameters win over the restored ones.
+            apply_hyperparameters(self.optimizer, self.scheduler, self.cfg.optim)
 
     def _advance(self, r: StepResult, step_s: float, wait_s: float) -> None:
         p = self.progress
@@ -378,6 +384,17 @@ class _Loop:
             why = self.stop.reason or self.stop.signal_name or "stop requested"
             self.events.emit(ledger.Stop(reason=why, checkpoint=str(result.path) if result else None), step)
             log.info("stopped at step %d after a stop request; launch again to resume", step)
+        return ExitCode.RESUME
+
+    def _pause(self) -> ExitCode:
+        """`train.pause_at_step`: save (synchronously), record it and end the attempt; launching the
+        run again resumes here. A search pauses trials this way (ASHA rungs, PBT generations)."""
+        step = self.progress.step
+        self.checkpointer.save(step, self._snapshot("pause"), "pause")
+        self._commit()
+        if self.comm.rank == 0:
+            self.events.emit(ledger.Paused(saved=self.checkpointer.committed_step == step), step)
+            log.info("paused at step %d (train.pause_at_step); launch again to continue", step)
         return ExitCode.RESUME
 
     def _snapshot(self, reason: str) -> Snapshot:

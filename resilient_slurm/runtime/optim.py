@@ -36,3 +36,17 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_st
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, cfg.warmup_steps, total_steps, cfg.min_lr_ratio)
     )
+
+
+def apply_hyperparameters(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR,
+                          cfg: OptimConfig) -> None:
+    """Set what a checkpoint restored (the param groups' lr, betas, eps, weight decay; the schedule's
+    peak LR) to the config's values, keeping the step count and the moments: a resume after a
+    recorded config change (PBT's explore step). The config's peak LR replaces one a rollback lowered."""
+    # The groups as build_optimizer makes them: matrices (decayed), then the rest.
+    decays = [cfg.weight_decay, 0.0]
+    for group, lr_lambda, decay in zip(optimizer.param_groups, scheduler.lr_lambdas, decays):
+        group["betas"], group["eps"], group["weight_decay"] = (cfg.beta1, cfg.beta2), cfg.eps, decay
+        group["initial_lr"] = cfg.lr
+        group["lr"] = cfg.lr * lr_lambda(scheduler.last_epoch)
+    scheduler.base_lrs = [cfg.lr for _ in optimizer.param_groups]

@@ -1,4 +1,5 @@
-"""The one place that runs `scontrol`: requeue, excluded nodes, drain, node addresses. Never raises.
+"""The one place that runs `scontrol` (and `scancel`): requeue, excluded nodes, drain, node addresses,
+job states, cancelling. Never raises.
 
 Standard library only: `tools/xid_scan` drains nodes through this module from a bare Prolog.
 """
@@ -10,6 +11,7 @@ import re
 
 DEFAULT_SCONTROL = "/usr/bin/scontrol"
 """Absolute: Prologs and Epilogs run without PATH; jobs use it too, so both see the same binary."""
+DEFAULT_SCANCEL = "/usr/bin/scancel"
 SCONTROL_TIMEOUT_S = 30.0
 REASON_MAX_CHARS = 200
 
@@ -66,3 +68,31 @@ def node_address(node: str) -> str:
     ok, out = scontrol("show", "node", node)
     m = re.search(r"\bNodeAddr=(\S+)", out) if ok else None
     return m.group(1) if m else node
+
+
+def job_state(job_id: str) -> tuple[bool, str]:
+    """(ok, JobState) of a job: PENDING, RUNNING, COMPLETED, ...; GONE once Slurm forgot it (MinJobAge
+    after it ended). Not ok when scontrol could not answer: the state is unknown, not ended."""
+    ok, out = scontrol("show", "job", "--oneliner", job_id)
+    if not ok:
+        return (True, "GONE") if "Invalid job id" in out else (False, out)
+    m = re.search(r"\bJobState=(\S+)", out)
+    return (True, m.group(1)) if m else (False, f"no JobState for job {job_id}")
+
+
+def jobs_named(name: str) -> tuple[bool, dict[str, str]]:
+    """(ok, {job id: JobState}) of the jobs Slurm knows by this name."""
+    ok, out = scontrol("show", "job", "--oneliner")
+    if not ok:
+        return (True, {}) if "No jobs in the system" in out else (False, {})
+    found = {}
+    for line in out.splitlines():
+        fields = dict(item.partition("=")[::2] for item in line.split())
+        if fields.get("JobName") == name and "JobId" in fields:
+            found[fields["JobId"]] = fields.get("JobState", "")
+    return True, found
+
+
+def cancel(job_id: str) -> tuple[bool, str]:
+    """`scancel JOB`: the job's tasks get SIGTERM (an emergency save), then SIGKILL after KillWait."""
+    return scontrol(job_id, binary=DEFAULT_SCANCEL)

@@ -86,7 +86,7 @@ class WandbTracker:
         run = wandb.init(
             id=meta["run_id"], resume="allow", mode=mode, dir=str(run_dir),  # type: ignore[arg-type]
             project=cfg.tracking.project or cfg.run.experiment, entity=cfg.tracking.entity,
-            name=run_dir.name, group=meta.get("ablation", {}).get("group"), job_type="train",
+            name=run_dir.name, group=meta.get("ablation", {}).get("group") or _sweep_group(cfg), job_type="train",
             tags=list(cfg.tracking.tags), config={**to_dict(cfg), "run_record": record},
             # Our own loggers own stdout; wandb's console capture would wrap it.
             settings=wandb.Settings(console="off", quiet=True),
@@ -184,3 +184,8 @@ def read_ledger(path: Path, offset: int) -> tuple[list[Event[Any]], int]:
             events.append(parse(record))
     return events, offset + end
 
+
+
+def _sweep_group(cfg: Config) -> str | None:
+    """A search's trials are grouped by their study."""
+    return f"sweep-{cfg.sweep.name}" if cfg.sweep.name else None

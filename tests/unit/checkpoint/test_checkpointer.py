@@ -201,3 +201,25 @@ def test_a_cold_copy_an_emergency_left_to_the_next_start_is_made_there(run_dir, 
     nxt.resume(*trained(1))
     nxt.close()
     assert [e.step for e in ledger(run_dir, "cold_copy")] == [6]
+
+
+def test_retention_keeps_a_pinned_checkpoint_until_it_is_unpinned(run_dir):
+    """A PBT member copying another's checkpoint pins it (sweep/exploit.py)."""
+    from resilient_slurm.checkpoint import store
+
+    ckpt = make(run_dir, keep_last=2, optimizer_on_last=0, async_save=False)
+    ckpt.save(1, snapshot(1), "periodic")
+    pin = store.pin(ckpt.root, 1, "other-run")
+    assert store.pinned_steps(ckpt.root) == {1}
+    for step in (2, 3, 4):
+        ckpt.save(step, snapshot(step), "periodic")
+    assert sorted(s for s, _ in store.list_step_dirs(ckpt.root)) == [1, 3, 4]
+    store.unpin(pin)
+    ckpt.save(5, snapshot(5), "periodic")
+    assert sorted(s for s, _ in store.list_step_dirs(ckpt.root)) == [4, 5]
+
+
+def test_a_pause_save_is_written_before_it_returns(run_dir):
+    ckpt = make(run_dir)  # async saves on: a periodic save would return None at once
+    result = ckpt.save(3, snapshot(3), "pause")
+    assert result is not None and ckpt.committed_step == 3 and verify(result.path).ok

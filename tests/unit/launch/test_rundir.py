@@ -135,3 +135,34 @@ def test_every_launch_is_recorded_with_its_overrides(tmp_path):
     lines = read_record(path)
     assert [(x["kind"], x["resumed"], x["overrides"]) for x in lines] == [
         ("launch", False, ["run.name=r"]), ("launch", True, ["run.name=r", "cluster.ranks=2"])]
+
+
+def test_an_allowed_change_is_made_and_recorded_in_run_json_and_the_ledger(tmp_path):
+    from resilient_slurm.ledger import ConfigChanged, read_events, select
+
+    first = cfg(tmp_path)
+    first.run.name = "r"
+    path, _ = rundir.prepare(first, [])
+    old_hash = rundir.read_meta(path)["config_hash"]
+    changed = cfg(tmp_path, lr=3e-4)
+    changed.run.name = "r"
+    allow = rundir.AllowedChange(frozenset({"optim.lr", "optim.warmup_steps"}), "PBT generation 1")
+    _, resumed = rundir.prepare(changed, [], allow=allow)
+    meta = rundir.read_meta(path)
+    assert resumed and rundir.load_config(path).optim.lr == 3e-4
+    assert meta["config_hash"] == rundir.config_hash(changed) != old_hash
+    (change,) = meta["changes"]
+    assert change["changed"] == {"optim.lr": [1e-4, 3e-4]} and change["previous_config_hash"] == old_hash
+    (event,) = select(read_events(path / "events.jsonl"), ConfigChanged)
+    assert event.details.changed == {"optim.lr": [1e-4, 3e-4]} and event.details.reason == "PBT generation 1"
+
+
+def test_a_change_beyond_the_allowed_keys_is_refused_as_ever(tmp_path):
+    first = cfg(tmp_path)
+    first.run.name = "r"
+    rundir.prepare(first, [])
+    changed = cfg(tmp_path, lr=3e-4, weight_decay=0.0)
+    changed.run.name = "r"
+    with pytest.raises(ConfigError, match=r"optim\.weight_decay"):
+        rundir.prepare(changed, [], allow=rundir.AllowedChange(frozenset({"optim.lr"}), "x"))
+    assert "changes" not in rundir.read_meta(tmp_path / "exp" / "r")
