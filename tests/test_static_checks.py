@@ -115,3 +115,10 @@ def test_no_bench_script_shadows_the_standard_library():
     bench = PACKAGE.parent / "bench"
     shadowing = sorted(p.name for p in bench.glob("*.py") if p.stem in sys.stdlib_module_names)
     assert not shadowing, f"bench/{', bench/'.join(shadowing)} shadow standard-library modules; rename them"
+
+
+def test_test_modules_have_unique_names():
+    """pytest imports test modules by basename (the test folders are not packages): two of a name
+    make one of them fail to collect."""
+    names = [p.name for p in (PACKAGE.parent / "tests").rglob("test_*.py")]
+    assert not {n for n in names if names.count(n) > 1}
