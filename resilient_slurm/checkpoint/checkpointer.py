@@ -38,7 +38,6 @@ from resilient_slurm.config import CheckpointConfig, ClusterConfig
 from resilient_slurm.ledger import EventLog, read_events
 from resilient_slurm.runtime.distributed import Comm
 
-
 # Saves the process is about to exit after: they are written before the save call returns.
 _SYNC_REASONS = ("final", "pause")
 

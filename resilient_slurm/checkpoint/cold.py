@@ -13,7 +13,6 @@ size and CRC32 compared with the manifest. A download checks the same on the way
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -75,7 +74,7 @@ class ColdTier:
             self.fs.makedirs(self._path(step, rel).rsplit("/", 1)[0], exist_ok=True)
             self.fs.put_file(str(src / rel), self._path(step, rel))
             if self._local:
-                _fsync_file(self._path(step, rel))
+                store.fsync_path(self._path(step, rel))
 
         def check(rel: str) -> None:
             if cancelled():
@@ -104,15 +103,15 @@ class ColdTier:
             local = dest / rel
             local.parent.mkdir(parents=True, exist_ok=True)
             self.fs.get_file(self._path(step, rel), str(local))
-            _fsync_file(str(local))
+            store.fsync_path(str(local))
             entry = manifest.files[rel]
             if local.stat().st_size != entry.nbytes or file_crc32(str(local)) != entry.crc32:
                 raise ColdTierError(f"{self.describe(step)}/{rel}: size or checksum differs from the manifest")
 
         self._parallel(get, sorted(manifest.files))
-        store.fsync_dir(dest / layout.RNG_DIR)
+        store.fsync_path(dest / layout.RNG_DIR)
         write_bytes(str(dest / layout.MANIFEST), manifest.to_json())
-        store.fsync_dir(dest)
+        store.fsync_path(dest)
         return manifest
 
     def delete(self, step: int) -> None:
@@ -137,10 +136,10 @@ class ColdTier:
         tmp = self._path(step, f".{layout.MANIFEST}.tmp")
         self.fs.pipe_file(tmp, data)
         if self._local:
-            _fsync_file(tmp)
+            store.fsync_path(tmp)
         self.fs.mv(tmp, self._path(step, layout.MANIFEST))
         if self._local:
-            store.fsync_dir(Path(self._path(step)))
+            store.fsync_path(Path(self._path(step)))
 
     def _remote_digest(self, path: str) -> tuple[int, int]:
         nbytes, crc = 0, 0
@@ -162,12 +161,3 @@ class ColdTier:
 def _protocols(fs: Any) -> tuple[str, ...]:
     proto = fs.protocol
     return (proto,) if isinstance(proto, str) else tuple(proto)
-
-
-def _fsync_file(path: str) -> None:
-    """A copy on a shared filesystem must be on disk before the marker says it is there."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

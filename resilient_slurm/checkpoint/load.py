@@ -153,7 +153,7 @@ def _fetch(cold: ColdSource, step: int, root: Path) -> tuple[str, str] | None:
         if final.exists():
             store.quarantine(final)
         os.rename(tmp, final)
-        store.fsync_dir(root)
+        store.fsync_path(root)
     except Exception as e:  # noqa: BLE001 - any failure of the copy skips this cold checkpoint
         shutil.rmtree(tmp, ignore_errors=True)
         return cold.describe(step), f"copy from the cold tier failed: {e.__class__.__name__}: {e}"

@@ -180,12 +180,12 @@ def _commit(root: Path, tmp: Path, final: Path, step: int, world_size: int, file
             problem = check_files(tmp, manifest, checksums=False)
             if problem:
                 return f"written files fail verification: {problem}", None
-        store.fsync_dir(tmp / layout.RNG_DIR)
+        store.fsync_path(tmp / layout.RNG_DIR)
         write_bytes(str(tmp / layout.MANIFEST), manifest.to_json())
-        store.fsync_dir(tmp)
+        store.fsync_path(tmp)
         replaced = store.quarantine(final) if final.exists() else None
         os.rename(tmp, final)
-        store.fsync_dir(root)
+        store.fsync_path(root)
     except OSError as e:
         return f"rank 0: committing {final.name}: {e.__class__.__name__}: {e}", None
     return None, replaced

@@ -32,7 +32,7 @@ def pin(root: Path, step: int, holder: str) -> Path:
     pins.mkdir(exist_ok=True)
     path = pins / f"{layout.step_dir_name(step)}.{holder}"
     path.touch()
-    fsync_dir(pins)
+    fsync_path(pins)
     return path
 
 
@@ -66,7 +66,7 @@ def quarantine(path: Path) -> Path:
     dest_root.mkdir(exist_ok=True)
     dest = dest_root / f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}.{os.getpid()}"
     os.rename(path, dest)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
     return dest
 
 
@@ -76,7 +76,7 @@ def delete(path: Path) -> None:
     marker = path / layout.MANIFEST
     if marker.exists():
         marker.unlink()
-        fsync_dir(path)
+        fsync_path(path)
     shutil.rmtree(path)
 
 
@@ -104,11 +104,12 @@ def replace_file(path: Path, data: bytes) -> None:
     tmp.unlink(missing_ok=True)
     write_bytes(str(tmp), data)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def fsync_path(path: str | Path) -> None:
+    """fsync a file, or a directory (its entries: a rename in it is durable afterwards)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

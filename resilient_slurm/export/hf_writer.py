@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from resilient_slurm.checkpoint.safetensors_io import write_bytes, write_file
+from resilient_slurm.checkpoint.store import fsync_path
 from resilient_slurm.config import ModelConfig
 from resilient_slurm.export.hf_layout import (
     INDEX_FILE,
@@ -83,9 +84,9 @@ def write_hf(out_dir: str, tensors: Sequence[tuple[str, Sequence[int]]], read: C
                     _copy(os.path.join(tokenizer_dir, name), os.path.join(tmp, name))
         if not os.path.exists(os.path.join(tmp, "generation_config.json")):
             _write_json(tmp, "generation_config.json", generation_config(model_cfg))
-        _fsync_dir(tmp)
+        fsync_path(tmp)
         os.rename(tmp, out_dir)
-        _fsync_dir(os.path.dirname(os.path.abspath(out_dir)))
+        fsync_path(os.path.dirname(os.path.abspath(out_dir)))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -153,16 +154,4 @@ def _copy_base_files(base_dir: str, out: str) -> None:
 def _copy(src: str, dst: str) -> None:
     """Copy the file's bytes (following a symlink, as in a Hub cache snapshot) and fsync them."""
     shutil.copyfile(src, dst)
-    fd = os.open(dst, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(dst)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from resilient_slurm.checkpoint.store import fsync_path
 from resilient_slurm.config import DataConfig
 from resilient_slurm.workload import chat_cache
 from resilient_slurm.workload.chat_encode import EncodedChat, encode_chat, render_chat
@@ -200,7 +201,7 @@ def _write_rows(entry: str, split: str, docs: list[EncodedChat], seq_len: int, p
             at += n
     for array, name in ((tokens, "tokens"), (doc_index, "docs"), (loss, "loss")):
         array.flush()
-        _fsync(os.path.join(entry, f"{split}_{name}.npy"))
+        fsync_path(os.path.join(entry, f"{split}_{name}.npy"))
     return len(rows)
 
 
@@ -210,18 +211,10 @@ def _write_flat(entry: str, name: str, pieces: list[np.ndarray]) -> None:
     for suffix, array in (("", flat), ("_offsets", offsets)):
         path = os.path.join(entry, f"{name}{suffix}.npy")
         np.save(path, array)
-        _fsync(path)
+        fsync_path(path)
 
 
 def _array(entry: str, name: str, dtype: type, shape: tuple[int, int], fill: int) -> np.memmap:
     array = np.lib.format.open_memmap(os.path.join(entry, f"{name}.npy"), mode="w+", dtype=dtype, shape=shape)
     array[:] = fill
     return array
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
