@@ -298,7 +298,9 @@ def check_resume(first: Run, batches: list[Any], k: int, root: Path, io_threads:
         start = time.perf_counter()
         blocking_warm = saver.save(2 * k, snap, on_done(2 * k, start))
         saver.wait()
-        pinned = all(buf.is_pinned() for _, buf in saver.stager._buffers.values())  # noqa: SLF001 - what a save staged through
+        # The stager's buffers are what the save staged through (no public view of them).
+        buffers = [buf for _, buf in saver.stager._buffers.values()]  # noqa: SLF001
+        pinned = bool(buffers) and all(buf.is_pinned() for buf in buffers)
         gb = sum(h.spec.nbytes for h in [*snap.model.values(), *snap.optimizer.values()]) / 1e9
         first.close()
         del snap
@@ -309,10 +311,11 @@ def check_resume(first: Run, batches: list[Any], k: int, root: Path, io_threads:
         verified = verdict is not None and verdict.ok and verify(warm_path, checksums=False).ok
         shutil.rmtree(warm_path, ignore_errors=True)
         durable_first, durable_warm = done.get(k, (math.nan, None))[0], done.get(2 * k, (math.nan, None))[0]
-        out.append(Check("async save from device memory, committed and verified", not errors and verified and from_device,
+        out.append(Check("async save from device memory, committed and verified",
+                         not errors and verified and from_device,
                          errors[0] if errors else f"{gb:.2f} GB (weights + AdamW), snapshot on {device.type}"))
         if device.type == "cuda":
-            out.append(Check("staging buffers pinned", pinned, f"{len(saver.stager._buffers)} buffers"))  # noqa: SLF001
+            out.append(Check("staging buffers pinned", pinned, f"{len(buffers)} buffers"))
         out.append(Check("async save: first (allocates staging) blocking / durable", None,
                          f"{blocking_first:.2f} s / {durable_first:.2f} s (k steps trained meanwhile)"))
         out.append(Check("async save: warm blocking < durable", blocking_warm < durable_warm,
@@ -324,8 +327,8 @@ def check_resume(first: Run, batches: list[Any], k: int, root: Path, io_threads:
         second = Run.build(comm, cfg, cfg.train.seed + 1)
         load_into(path, verdict.manifest, comm.rank, second.model, second.optimizer, second.scheduler, io_threads)
         restored = second.weights()
-        out.append(Check("restore: weights at step k bit-identical", all(torch.equal(restored[n], at_k[n]) for n in at_k),
-                         f"{len(at_k)} tensors"))
+        out.append(Check("restore: weights at step k bit-identical",
+                         all(torch.equal(restored[n], at_k[n]) for n in at_k), f"{len(at_k)} tensors"))
         rng_equal = torch.equal(rng_state(device), saved_rng)
         draw_equal = torch.equal(torch.rand(16, device=device), expected_draw)
         set_rng_state(device, saved_rng)
@@ -353,8 +356,8 @@ def check_nvml(sample: dict[str, float], index: int) -> list[Check]:
     else:
         util = sample.get("util_pct", -1.0)
         ecc = sample.get("ecc_uncorrectable")
-        ok = util >= UTIL_FLOOR_PCT and "memory_used_frac" in sample and 0 < sample.get("temperature_c", 0) <= MAX_TEMP_C
-        ok = ok and (ecc is None or ecc == 0)
+        ok = (util >= UTIL_FLOOR_PCT and "memory_used_frac" in sample
+              and 0 < sample.get("temperature_c", 0) <= MAX_TEMP_C and (ecc is None or ecc == 0))
         out.append(Check("NVML sampler during training (util, memory, temperature, ECC)", ok,
                          f"util {util:.0f}%, memory {sample.get('memory_used_frac', math.nan):.0%}, "
                          f"{sample.get('temperature_c', math.nan):.0f} C, uncorrectable ECC "
@@ -409,8 +412,8 @@ def main() -> int:
     from resilient_slurm.runtime.distributed import Comm, RankInfo
 
     props = torch.cuda.get_device_properties(0)
-    checks = [Check("device", None, f"{props.name}, {props.total_memory / 2**30:.0f} GiB, capability "
-                                    f"{props.major}.{props.minor}, torch {torch.__version__}, CUDA {torch.version.cuda}")]
+    checks = [Check("device", None, f"{props.name}, {props.total_memory / 2**30:.0f} GiB, capability {props.major}."
+                                    f"{props.minor}, torch {torch.__version__}, CUDA {torch.version.cuda}")]
     checks.append(check_deterministic_cublas())
     comm = Comm(RankInfo(0, 1, 0, "127.0.0.1", free_port()), backend="nccl")
     cfg = Config(model=LLAMA_1B, optim=replace(OptimConfig(), warmup_steps=0, lr=3e-4))
@@ -444,7 +447,8 @@ def main() -> int:
         ck = CheckpointConfig()
         checks += check_resume(run, resume_batches, args.resume_steps, root, ck.io_threads, ck.max_shard_bytes)
     except Exception as e:  # noqa: BLE001 - the table still prints, with the failure in it
-        checks.append(Check("the check itself", False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+        first_line = str(e).splitlines()[0] if str(e) else ""
+        checks.append(Check("the check itself", False, f"{type(e).__name__}: {first_line}"))
         import traceback
 
         traceback.print_exc()

@@ -62,6 +62,7 @@ from resilient_slurm.workload.model import (  # noqa: E402
     LlamaForCausalLM,
     RMSNorm,
     block_causal_mask,
+    head_dim,
     inverse_frequencies,
     token_loss_sum,
 )
@@ -205,18 +206,20 @@ class HeadBytes:
 
 
 def measure_head(cfg: ModelConfig, seq: int) -> HeadBytes:
+    targets = torch.randint(0, cfg.vocab_size, (1, seq))
+    # A leaf stands for lm_head's output side; its copy is the logits the loss receives.
+    source = torch.randn(1, seq, cfg.vocab_size, dtype=torch.bfloat16, requires_grad=True)
+    loss_saved = saved_by(lambda: token_loss_sum(source.clone(), targets), set()).nbytes
+    return HeadBytes(head_saved(cfg, seq), loss_saved, peak_bytes(lambda: _loss_forward_backward(source, targets)))
+
+
+def head_saved(cfg: ModelConfig, seq: int) -> int:
     norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps).to(torch.bfloat16)
     lm_head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False, dtype=torch.bfloat16)
     with torch.no_grad():
         lm_head.weight.normal_(0.0, 0.02)
     x = torch.randn(1, seq, cfg.hidden_size, dtype=torch.bfloat16, requires_grad=True)
-    head_saved = saved_by(lambda: lm_head(norm(x)), addresses([*norm.parameters(), *lm_head.parameters()])).nbytes
-    del lm_head
-    targets = torch.randint(0, cfg.vocab_size, (1, seq))
-    # A leaf stands for lm_head's output side; its copy is the logits the loss receives.
-    source = torch.randn(1, seq, cfg.vocab_size, dtype=torch.bfloat16, requires_grad=True)
-    loss_saved = saved_by(lambda: token_loss_sum(source.clone(), targets), set()).nbytes
-    return HeadBytes(head_saved, loss_saved, peak_bytes(lambda: _loss_forward_backward(source, targets)))
+    return saved_by(lambda: lm_head(norm(x)), addresses([*norm.parameters(), *lm_head.parameters()])).nbytes
 
 
 def _loss_forward_backward(source: torch.Tensor, targets: torch.Tensor) -> None:
@@ -429,9 +432,23 @@ def main() -> None:
     line = (f"sft-facts.md section 3 measured {SFT_FACTS_KIB} KiB/token/layer on transformers' layer; ours is "
             f"{ours:.1f} KiB at seq {args.seq} (x{ours / SFT_FACTS_KIB:.2f})")
     hf_name = "transformers LlamaDecoderLayer, SDPA, no mask"
-    if hf_name in growth:
-        line += f"; transformers' layer measured here: {growth[hf_name].at(args.seq) / args.seq / KIB:.1f} KiB"
-    print(line)
+    if hf_name not in growth:
+        print(line)
+        return
+    theirs = growth[hf_name].linear / KIB
+    print(line + f"; transformers' layer measured here: {theirs:.2f} KiB. Why they differ:")
+    gqa = 2 * 2 * (cfg.num_heads - cfg.num_kv_heads) * head_dim(cfg) / KIB
+    print(f"- {growth['ours, no AC, causal'].linear / KIB - theirs:.2f} KiB: we repeat_interleave k and v to all "
+          f"{cfg.num_heads} query heads before SDPA, so it keeps them {cfg.num_heads // cfg.num_kv_heads}x larger "
+          f"(2 tensors x 2 B x ({cfg.num_heads} - {cfg.num_kv_heads}) heads x {head_dim(cfg)} = {gqa:.2f} KiB); "
+          "transformers passes enable_gqa=True when there is no mask")
+    mask = growth["ours, no AC, masked"].at(args.seq) - growth["ours, no AC, causal"].at(args.seq)
+    print(f"- {mask / args.seq / KIB:.2f} KiB at seq {args.seq}: the block-causal mask, which SDPA copies to a bf16 "
+          "s x s bias in every layer and keeps (2 B x seq per token); transformers' layer ran without a mask")
+    rotary = growth["shared per forward: rotary tables + mask"].linear / KIB
+    print(f"- {SFT_FACTS_KIB - theirs:.2f} KiB between sft-facts.md and transformers' layer here: about the rotary "
+          f"tables' {rotary:.2f} KiB/token, which a per-layer count that gets cos and sin passed in includes and this "
+          "table counts once per forward (likely; sft-facts.md does not say)")
 
 
 if __name__ == "__main__":

@@ -167,12 +167,11 @@ class Rank:
             "train_peak_above": proc_status("VmHWM") - rss_before,
         }
 
-    def save(self, root: str, step: int) -> dict[str, Any]:
+    def save(self, root: str, step: int, io_threads: int) -> dict[str, Any]:
         self.comm.barrier()
         start = time.perf_counter()
         snap = capture_snapshot(self.model, self.optimizer, self.scheduler, {"step": step})
-        result = save(Path(root), step, snap, self.comm, self.cfg.checkpoint.max_shard_bytes,
-                      self.options["io_threads"])
+        result = save(Path(root), step, snap, self.comm, self.cfg.checkpoint.max_shard_bytes, io_threads)
         return {"seconds": time.perf_counter() - start, "nbytes": result.nbytes, "path": str(result.path)}
 
     def adopt(self, path: str) -> dict[str, Any]:
@@ -181,7 +180,7 @@ class Rank:
         if not verdict.ok or verdict.manifest is None:
             raise RuntimeError(f"{path}: {verdict.reason}")
         restored = load_into(Path(path), verdict.manifest, self.rank, self.model, self.optimizer, self.scheduler,
-                             self.options["io_threads"])
+                             self.cfg.checkpoint.io_threads)
         return {"bytes_read": restored.bytes_read, "saved_world_size": restored.saved_world_size}
 
 
@@ -276,18 +275,28 @@ def write_model(directory: str, layers: int, hidden: int) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def dd_bytes(nbytes: int, streams: int) -> int:
-    """What `dd` writes for `nbytes` in `streams` parallel files (whole MiB each)."""
-    return streams * ((nbytes // streams) >> 20 << 20)
+DD = {
+    "dd": (["bs=1M", "conv=fdatasync"], 1 << 20, 1),
+    "dd x2": (["bs=1M", "conv=fdatasync"], 1 << 20, 2),
+    "dd direct": (["bs=64M", "oflag=direct"], 1 << 26, 1),
+}
+"""The disk's own speed on the same bytes: dd's options, its block size, how many run at once
+(each writing its share)."""
 
 
-def dd(d: Path, nbytes: int, streams: int) -> None:
-    """`streams` dd's at once, each writing its share of `nbytes` and fdatasync-ing it."""
-    procs = [subprocess.Popen(["dd", "if=/dev/zero", f"of={d / f'dd{i}.bin'}", "bs=1M",
-                               f"count={(nbytes // streams) >> 20}", "conv=fdatasync"],
+def dd_bytes(kind: str, nbytes: int) -> int:
+    """What a `DD` kind writes for `nbytes` (whole blocks)."""
+    _, block, streams = DD[kind]
+    return streams * (nbytes // streams // block * block)
+
+
+def dd(kind: str, d: Path, nbytes: int) -> None:
+    options, block, streams = DD[kind]
+    procs = [subprocess.Popen(["dd", "if=/dev/zero", f"of={d / f'dd{i}.bin'}", *options,
+                               f"count={nbytes // streams // block}"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(streams)]
     if any(p.wait() for p in procs):
-        raise SystemExit("sharded: dd failed")
+        raise SystemExit(f"sharded: {kind} failed")
 
 
 def main() -> None:
@@ -297,7 +306,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="training steps before measuring")
     parser.add_argument("--seq", type=int, default=256, help="tokens per rank per step")
     parser.add_argument("--reps", type=int, default=5, help="rounds of the save comparison")
-    parser.add_argument("--io-threads", type=int, default=4, help="writer threads per rank (checkpoint.io_threads)")
+    parser.add_argument("--io-threads", type=int, nargs="+", default=[4, 1],
+                        help="writer threads per rank to compare (checkpoint.io_threads; its default is 4)")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
     args = parser.parse_args()
     if args.hidden % 192:
@@ -312,7 +322,7 @@ def main() -> None:
         n_params = write_model(model_dir, args.layers, args.hidden)
         print(f"pretrained: {n_params / 1e6:.1f}M parameters, float32, written by transformers in "
               f"{time.perf_counter() - start:.0f} s: {sorted(os.listdir(model_dir))}", flush=True)
-        options = {"seq": args.seq, "steps": args.steps, "io_threads": args.io_threads}
+        options = {"seq": args.seq, "steps": args.steps}
         groups = [Group(ctx, 2, model_dir, options, results), Group(ctx, 1, model_dir, options, results)]
         driver = Driver(groups, results)
         for g in groups:
@@ -321,25 +331,27 @@ def main() -> None:
         print("loaded", flush=True)
         trained = driver.run(2, "train")
         print(f"trained {args.steps} steps on 2 ranks: losses {trained[0]['losses']}", flush=True)
-        seed_save = driver.run(2, "save", str(base / "seed"), args.steps)[0]
+        seed_save = driver.run(2, "save", str(base / "seed"), args.steps, args.io_threads[0])[0]
         adopted = driver.run(1, "adopt", seed_save["path"])[0]
         shutil.rmtree(base / "seed")
         size = seed_save["nbytes"]
 
-        saves: dict[str, list[float]] = {"2 ranks": [], "1 rank": [], "dd": [], "dd x2": []}
-        nbytes = {"dd": dd_bytes(size, 1), "dd x2": dd_bytes(size, 2)}
+        ranks = {f"{w} rank{'s' if w > 1 else ''} x {t} thread{'s' if t > 1 else ''}": (w, t)
+                 for t in args.io_threads for w in (2, 1)}
+        saves: dict[str, list[float]] = {k: [] for k in [*ranks, *DD]}
+        nbytes = {kind: dd_bytes(kind, size) for kind in DD}
         for rep in range(args.reps):
             order = list(saves)[rep % len(saves):] + list(saves)[:rep % len(saves)]
             for what in order:
-                d = base / f"{what.replace(' ', '')}-{rep}"
+                d = base / f"{rep}-{what.replace(' ', '')}"
                 d.mkdir()
                 start = time.perf_counter()
-                if what.startswith("dd"):
-                    dd(d, size, 2 if what == "dd x2" else 1)
+                if what in DD:
+                    dd(what, d, size)
                     saves[what].append(time.perf_counter() - start)
                 else:
-                    world = 2 if what == "2 ranks" else 1
-                    answers = driver.run(world, "save", str(d), args.steps)
+                    world, threads = ranks[what]
+                    answers = driver.run(world, "save", str(d), args.steps, threads)
                     saves[what].append(max(a["seconds"] for a in answers))
                     nbytes[what] = answers[0]["nbytes"]
                     if rep == 0:
@@ -348,7 +360,7 @@ def main() -> None:
                             raise SystemExit(f"sharded: the {what} save does not verify: {verdict.reason}")
                 shutil.rmtree(d)
             print(f"round {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in saves.items() if v), flush=True)
-        report(args, loads, trained, adopted, saves, nbytes, n_params)
+        report(args, loads, trained, adopted, saves, nbytes, ranks, n_params)
     finally:
         for g in groups:
             g.close()
@@ -356,7 +368,8 @@ def main() -> None:
 
 
 def report(args: argparse.Namespace, loads: dict[int, list[dict[str, Any]]], trained: list[dict[str, Any]],
-           adopted: dict[str, Any], saves: dict[str, list[float]], nbytes: dict[str, int], n_params: int) -> None:
+           adopted: dict[str, Any], saves: dict[str, list[float]], nbytes: dict[str, int],
+           ranks: dict[str, tuple[int, int]], n_params: int) -> None:
     print()
     print(f"Model: {n_params / 1e6:.1f}M parameters ({args.layers} layers, hidden {args.hidden}, vocab 32000), "
           f"FSDP2, bf16 compute, float32 master weights, AdamW; gloo on CPU, one torch thread per rank")
@@ -371,10 +384,11 @@ def report(args: argparse.Namespace, loads: dict[int, list[dict[str, Any]]], tra
         ok = total / full <= MEMORY_TARGET
         memory_ok &= ok
         print(f"| 2 | {rank} | {t['params'] / MB:.1f} | {t['grads'] / MB:.1f} | {t['optim'] / MB:.1f} | "
-              f"{total / MB:.1f} | {full / MB:.1f} | {total / full:.3f} | <= {MEMORY_TARGET} {'met' if ok else 'NOT met'} |")
-    print("Peak RSS over the training steps, above the RSS before them (activations, unsharded layers, gloo "
-          "buffers; no target): " + ", ".join(f"rank {r} {t['train_peak_above'] / MB:.0f} MB"
-                                             for r, t in enumerate(trained)))
+              f"{total / MB:.1f} | {full / MB:.1f} | {total / full:.3f} | "
+              f"<= {MEMORY_TARGET} {'met' if ok else 'NOT met'} |")
+    print("Peak RSS over the training steps, above the RSS before them (the gradients and AdamW state the first "
+          "step creates, activations, unsharded layers, gloo and foreach buffers; no target): " +
+          ", ".join(f"rank {r} {t['train_peak_above'] / MB:.0f} MB" for r, t in enumerate(trained)))
     print()
     print("Loading pretrained weights (float32 files): build on meta, shard, each rank fills its rows "
           "(runtime.build.build_model); RSS from /proc/self/status, bytes read from /proc/self/io rchar")
@@ -390,7 +404,8 @@ def report(args: argparse.Namespace, loads: dict[int, list[dict[str, Any]]], tra
                 load_ok &= ok and r["rows_match"]
             target = f"<= {LOAD_TARGET} {'met' if ok else 'NOT met'}" if world == 2 else "(reference)"
             print(f"| {world} | {rank} | {r['baseline'] / MB:.0f} MB | {r['peak'] / MB:.0f} MB | "
-                  f"{(r['peak'] - r['baseline']) / MB:.0f} MB | {r['full_model'] / MB:.0f} MB | {above:.3f} | {target} | "
+                  f"{(r['peak'] - r['baseline']) / MB:.0f} MB | {r['full_model'] / MB:.0f} MB | {above:.3f} | "
+                  f"{target} | "
                   f"{r['read'] / MB:.0f} MB | {r['files'] / MB:.0f} MB | {r['read'] / r['files']:.3f} | "
                   f"{r['rows_match']} | {r['seconds']:.1f} |")
     print("Baseline = VmRSS after imports, the process group and a first module on the meta device (which "
@@ -399,27 +414,31 @@ def report(args: argparse.Namespace, loads: dict[int, list[dict[str, Any]]], tra
                                    for w in (2, 1) for r, x in enumerate(loads[w])))
     print(f"The 1-rank worker then took the 2-rank state (load_into, 2 -> 1): {adopted['bytes_read'] / MB:.0f} MB read")
     print()
-    state = nbytes["1 rank"]
     med = {k: statistics.median(v) for k, v in saves.items()}
-    print(f"Sharded save of the same state ({state / 1e9:.2f} GB written: weights + AdamW), {args.io_threads} writer "
-          f"threads per rank, fsynced; {args.reps} rounds, rotated order, medians (min-max)")
-    print("| what | s | GB/s | x 1-rank save | x dd |")
+    one_rank = {t: k for k, (w, t) in ranks.items() if w == 1}
+    two_ranks = {t: k for k, (w, t) in ranks.items() if w == 2}
+    print(f"Sharded save of the same state ({nbytes[one_rank[args.io_threads[0]]] / 1e9:.2f} GB written: weights + "
+          f"AdamW state), files fsynced, each into a fresh directory; {args.reps} rounds, rotated order, medians "
+          f"(min-max)")
+    print("| what | s | GB/s | x the 1-rank save, same threads | x dd |")
     print("|---|---|---|---|---|")
     for what, times in saves.items():
-        size = nbytes[what]
-        print(f"| {what} | {med[what]:.2f} ({min(times):.2f}-{max(times):.2f}) | {size / 1e9 / med[what]:.2f} | "
-              f"{med['1 rank'] / med[what]:.2f} | {med['dd'] / med[what]:.2f} |")
-    print(f"Files written: 2 ranks {nbytes['2 ranks']:,} B, 1 rank {nbytes['1 rank']:,} B (the same tensors; "
-          "headers and per-rank RNG files differ).")
-    print("dd: dd if=/dev/zero bs=1M conv=fdatasync of the same bytes; dd x2: two at once, half each.")
+        vs_one = f"{med[one_rank[ranks[what][1]]] / med[what]:.2f}" if what in ranks else ""
+        print(f"| {what} | {med[what]:.2f} ({min(times):.2f}-{max(times):.2f}) | "
+              f"{nbytes[what] / 1e9 / med[what]:.2f} | "
+              f"{vs_one} | {med['dd'] / med[what] * nbytes[what] / nbytes['dd']:.2f} |")
+    print("Files written: " + ", ".join(f"{k} {nbytes[k]:,} B" for k in ranks) +
+          " (the same tensors; headers and per-rank RNG files differ). dd: if=/dev/zero bs=1M conv=fdatasync; "
+          "dd x2: two at once, half the bytes each; dd direct: bs=64M oflag=direct.")
     print()
     print(f"{'met    ' if memory_ok else 'NOT met'}  parameter + gradient + AdamW bytes per rank <= {MEMORY_TARGET} "
           f"of the unsharded total (2 ranks)")
-    print(f"{'met    ' if load_ok else 'NOT met'}  peak RSS while loading <= baseline + {LOAD_TARGET} x the fp32 model, "
-          f"rows equal to the files (2 ranks)")
-    print(f"info     2-rank save / 1-rank save aggregate GB/s: {med['1 rank'] / med['2 ranks']:.2f}; "
-          f"bytes read per rank while loading / file bytes: "
-          + ", ".join(f"{r['read'] / r['files']:.3f}" for r in loads[2]))
+    print(f"{'met    ' if load_ok else 'NOT met'}  peak RSS while loading <= baseline + {LOAD_TARGET} x the fp32 "
+          "model, rows equal to the files (2 ranks)")
+    print("info     2-rank save / 1-rank save aggregate GB/s: " +
+          ", ".join(f"{med[one_rank[t]] / med[two_ranks[t]]:.2f} at {t} thread(s) per rank" for t in args.io_threads) +
+          "; bytes read per rank while loading / file bytes: " + ", ".join(f"{r['read'] / r['files']:.3f}"
+                                                                        for r in loads[2]))
     if not math.isfinite(sum(trained[0]["losses"])):
         print("NOT met  the training losses are finite")
 
