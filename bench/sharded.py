@@ -1,17 +1,18 @@
 """Sharded training state on CPU ranks (FSDP2, gloo): memory per rank, loading pretrained weights,
-and a 2-rank sharded save against a 1-rank save of the same state.
+and a 2-rank sharded save against a 1-rank save of the same state (about 4 minutes on 2 cores).
 
     python bench/sharded.py [--layers 12] [--hidden 768] [--steps 2] [--seq 256] [--reps 5]
-                            [--io-threads 4] [--dir DIR]
+                            [--io-threads 4 1] [--dir DIR]
 
 The model is Llama-shaped (vocab 32000, hidden 768, MLP 2048, 12 query / 4 key-value heads, 12
-layers, untied: 124.9M parameters), written by transformers' `save_pretrained` in float32 as
+layers, untied: 124.7M parameters), written by transformers' `save_pretrained` in float32 as
 200 MB shards. Three worker processes run the project's own code, one torch thread each: two
 ranks of one FSDP2 run (world 2) and one rank alone (world 1).
 
-1. Load. Each rank measures its runtime baseline (VmRSS once torch, the project and the process
-   group are up, before the model exists), resets the kernel's high-water mark (writing 5 to
-   /proc/self/clear_refs), then builds the model the way a run does (`runtime.build.build_model`:
+1. Load. Each rank measures its runtime baseline: VmRSS once torch, the project and the process
+   group are up and a first module has been built on the meta device (that imports torch._dynamo,
+   once per process), before the model exists. It resets the kernel's high-water mark (writing 5
+   to /proc/self/clear_refs), builds the model the way a run does (`runtime.build.build_model`:
    meta device, `fully_shard`, every rank filling its own rows from the files), and reads the
    high-water mark (VmHWM in /proc/self/status). ru_maxrss is not used: a spawned child inherits
    its parent's high-water mark across exec. Bytes read: the rank's `rchar` in /proc/self/io
@@ -23,16 +24,19 @@ ranks of one FSDP2 run (world 2) and one rank alone (world 1).
    unsharded total, computed from the global shapes. It saves that state, and the 1-rank worker
    loads it (`checkpoint.load.load_into`, resharding 2 -> 1): from here both hold the same model
    and optimizer values.
-3. Save. In each of --reps rounds, in an order rotated every round: the 2-rank save, the 1-rank
-   save (`checkpoint.save.save`, --io-threads writer threads per rank, files fsynced), `dd
-   conv=fdatasync` of the same bytes, and two such dd's in parallel of half the bytes each, each
-   into a fresh directory removed afterwards. Aggregate GB/s is the state's tensor bytes over the
-   wall time from a barrier to the end of the save (its commit is collective, so the ranks end
+3. Save. In each of --reps rounds, in an order rotated every round: the 2-rank save and the 1-rank
+   save (`checkpoint.save.save`, files fsynced) at each --io-threads count of writer threads per
+   rank, and the disk's own speed on the same bytes: `dd bs=1M conv=fdatasync`, two such dd's at
+   once of half the bytes each, and `dd bs=64M oflag=direct` (direct I/O, as the project's writer
+   does), each into a fresh directory removed afterwards. Aggregate GB/s is the bytes written over
+   the wall time from a barrier to the end of the save (its commit is collective, so the ranks end
    together). Medians; the first round's saves are verified with checksums.
 
 Holds on this machine kind (2 shared cores, one virtio disk whose speed swings 2-5x between runs:
-read the ratios, not the absolute numbers). Memory ratios do not depend on the load, the
-save's GB/s does.
+read the ratios, not the absolute numbers). The memory ratios do not depend on the load; the
+save's GB/s does. Two ranks on one disk share its bandwidth: what sharding adds there is
+parallel streams, not bandwidth (on a cluster each node writes to its own disk or to a parallel
+file system).
 """
 
 from __future__ import annotations
@@ -420,13 +424,13 @@ def report(args: argparse.Namespace, loads: dict[int, list[dict[str, Any]]], tra
     print(f"Sharded save of the same state ({nbytes[one_rank[args.io_threads[0]]] / 1e9:.2f} GB written: weights + "
           f"AdamW state), files fsynced, each into a fresh directory; {args.reps} rounds, rotated order, medians "
           f"(min-max)")
-    print("| what | s | GB/s | x the 1-rank save, same threads | x dd |")
+    print("| what | s | GB/s | x the 1-rank save, same threads | x dd direct |")
     print("|---|---|---|---|---|")
     for what, times in saves.items():
         vs_one = f"{med[one_rank[ranks[what][1]]] / med[what]:.2f}" if what in ranks else ""
         print(f"| {what} | {med[what]:.2f} ({min(times):.2f}-{max(times):.2f}) | "
               f"{nbytes[what] / 1e9 / med[what]:.2f} | "
-              f"{vs_one} | {med['dd'] / med[what] * nbytes[what] / nbytes['dd']:.2f} |")
+              f"{vs_one} | {med['dd direct'] / med[what] * nbytes[what] / nbytes['dd direct']:.2f} |")
     print("Files written: " + ", ".join(f"{k} {nbytes[k]:,} B" for k in ranks) +
           " (the same tensors; headers and per-rank RNG files differ). dd: if=/dev/zero bs=1M conv=fdatasync; "
           "dd x2: two at once, half the bytes each; dd direct: bs=64M oflag=direct.")
