@@ -8,9 +8,9 @@ and exits 0 when every check passed, 1 when one failed, 2 (one line, nothing run
 
 What it runs, all through the project's code on one rank:
 - the deterministic mode the job switches on (`train.deterministic`, runtime/job.py): one cuBLAS
-  matrix product with `torch.use_deterministic_algorithms(True)` in the environment as it was
-  given; torch refuses cuBLAS in that mode unless CUBLAS_WORKSPACE_CONFIG is set. The script then
-  sets CUBLAS_WORKSPACE_CONFIG=:4096:8 itself so the other checks can run;
+  matrix product with `torch.use_deterministic_algorithms(True)`, in a child process with the
+  environment as it was given; torch refuses cuBLAS in that mode unless CUBLAS_WORKSPACE_CONFIG is
+  set. This process sets CUBLAS_WORKSPACE_CONFIG=:4096:8 (unless given) so the other checks run;
 - real steps: `Comm(backend="nccl")`, `parallel.build_model` (FSDP2 over a one-GPU mesh, bf16
   compute, float32 master weights and reduction), `fill_random`, AdamW and `runtime.step.Trainer`,
   on a Llama-3.2-1B-shaped model (vocab 128256, hidden 2048, MLP 8192, 16 layers, 32 query / 8
@@ -49,6 +49,7 @@ import math
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -198,22 +199,23 @@ def set_rng_state(device: torch.device, state: torch.Tensor) -> None:
         torch.set_rng_state(state)
 
 
-def check_deterministic_cublas() -> Check:
-    """Does a cuBLAS product run in deterministic mode in the environment as given?"""
-    given = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-    a = torch.ones(64, 64, device="cuda")
-    torch.use_deterministic_algorithms(True)
-    try:
-        (a @ a).sum().item()
-        ok, value = True, f"ran (CUBLAS_WORKSPACE_CONFIG={given!r})"
-    except RuntimeError as e:
-        ok = False
-        value = (f"{str(e).splitlines()[0][:110]}...: runtime/job.py enables deterministic mode without setting "
-                 "CUBLAS_WORKSPACE_CONFIG, so a GPU run with train.deterministic=true stops at its first matmul")
-    finally:
-        torch.use_deterministic_algorithms(False)
-    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # read by torch at each cuBLAS call
-    return Check("deterministic mode (train.deterministic) allows cuBLAS", ok, value)
+CUBLAS_PROBE = ("import torch; torch.use_deterministic_algorithms(True); a = torch.ones(64, 64, device='cuda'); "
+                "print((a @ a).sum().item())")
+
+
+def check_deterministic_cublas(env: dict[str, str]) -> Check:
+    """Does a cuBLAS product run in deterministic mode in the environment `env`? In a process of
+    its own: torch reads CUBLAS_WORKSPACE_CONFIG when it makes its first cuBLAS workspace."""
+    given = env.get("CUBLAS_WORKSPACE_CONFIG")
+    done = subprocess.run([sys.executable, "-c", CUBLAS_PROBE], env=env, capture_output=True, text=True, timeout=180,
+                          check=False)
+    if done.returncode == 0:
+        return Check("deterministic mode (train.deterministic) allows cuBLAS", True,
+                     f"ran with CUBLAS_WORKSPACE_CONFIG={given!r}")
+    error = next((line for line in reversed(done.stderr.splitlines()) if "Error" in line), done.stderr.strip()[-200:])
+    return Check("deterministic mode (train.deterministic) allows cuBLAS", False,
+                 f"with CUBLAS_WORKSPACE_CONFIG={given!r}: {error[:160]}; runtime/job.py turns deterministic mode on "
+                 "without setting it, so a GPU run with train.deterministic=true would stop at its first matmul")
 
 
 def check_steps(run: Run, batches: list[Any], accumulation: int, steps: int) -> tuple[list[Check], dict[str, float]]:
@@ -260,6 +262,7 @@ def check_resume(first: Run, batches: list[Any], k: int, root: Path, io_threads:
     """`first` trains k steps, saves asynchronously, trains k more (the save writing meanwhile) and
     saves again; then a fresh model restores step k and trains the same k steps: everything must
     match bit for bit. `first` is closed on the way (its memory makes room for the second model)."""
+    from resilient_slurm.checkpoint import layout
     from resilient_slurm.checkpoint.async_save import AsyncSaver
     from resilient_slurm.checkpoint.group import checkpoint_group
     from resilient_slurm.checkpoint.load import load_into
@@ -284,7 +287,9 @@ def check_resume(first: Run, batches: list[Any], k: int, root: Path, io_threads:
             return lambda _result, error, _blocking: done.__setitem__(step, (time.perf_counter() - start, error))
 
         snap = capture_snapshot(first.model, first.optimizer, first.scheduler, {"step": k})
-        from_device = all(h.data.device.type == device.type for h in [*snap.model.values(), *snap.optimizer.values()])
+        # Every tensor but AdamW's step counts, which torch keeps on the host whatever the device.
+        from_device = all(h.data.device.type == device.type
+                          for h in [*snap.model.values(), *snap.optimizer.values()] if h.data.ndim)
         start = time.perf_counter()
         blocking_first = saver.save(k, snap, on_done(k, start))
         saved_rng = rng_state(device).clone()
@@ -305,7 +310,7 @@ def check_resume(first: Run, batches: list[Any], k: int, root: Path, io_threads:
         first.close()
         del snap
         errors = [e for _, e in done.values() if e]
-        path, warm_path = root / f"step_{k:08d}", root / f"step_{2 * k:08d}"
+        path, warm_path = root / layout.step_dir_name(k), root / layout.step_dir_name(2 * k)
         # Structure and sizes only: the restore below checks every CRC as it reads.
         verdict = verify(path, checksums=False) if not errors else None
         verified = verdict is not None and verdict.ok and verify(warm_path, checksums=False).ok
@@ -329,6 +334,7 @@ def check_resume(first: Run, batches: list[Any], k: int, root: Path, io_threads:
         restored = second.weights()
         out.append(Check("restore: weights at step k bit-identical",
                          all(torch.equal(restored[n], at_k[n]) for n in at_k), f"{len(at_k)} tensors"))
+        del restored, at_k
         rng_equal = torch.equal(rng_state(device), saved_rng)
         draw_equal = torch.equal(torch.rand(16, device=device), expected_draw)
         set_rng_state(device, saved_rng)
@@ -371,7 +377,7 @@ def check_nvml(sample: dict[str, float], index: int) -> list[Check]:
     value = (f"{snapshot.count} GPU(s); GPU {index}: {gpu.temperature_c} C, ECC {gpu.ecc_uncorrected_volatile}, "
              f"remap pending {gpu.remap_pending}" if gpu else f"{snapshot.count} GPU(s)")
     out.append(Check("NVML health checks (health.nvml_checks)", not findings,
-                     "; ".join(f.detail for f in findings) if findings else value))
+                     "; ".join(f.line() for f in findings) if findings else value))
     return out
 
 
@@ -404,6 +410,9 @@ def main() -> int:
         print(f"gpu_check: no CUDA device (torch {torch.__version__}, torch.cuda.is_available() is False); run it on a "
               "machine with an NVIDIA GPU and a CUDA build of torch", file=sys.stderr)
         return NO_GPU_EXIT
+    given_env = dict(os.environ)
+    # Deterministic cuBLAS (for the exact resume) needs this before the first cuBLAS call.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     # A check that hangs is a failed check: NCCL or a driver call can block forever.
     faulthandler.dump_traceback_later(args.timeout_s, exit=True)
     started = time.perf_counter()
@@ -414,7 +423,7 @@ def main() -> int:
     props = torch.cuda.get_device_properties(0)
     checks = [Check("device", None, f"{props.name}, {props.total_memory / 2**30:.0f} GiB, capability {props.major}."
                                     f"{props.minor}, torch {torch.__version__}, CUDA {torch.version.cuda}")]
-    checks.append(check_deterministic_cublas())
+    checks.append(check_deterministic_cublas(given_env))
     comm = Comm(RankInfo(0, 1, 0, "127.0.0.1", free_port()), backend="nccl")
     cfg = Config(model=LLAMA_1B, optim=replace(OptimConfig(), warmup_steps=0, lr=3e-4))
     root = Path(tempfile.mkdtemp(prefix="gpu-check-", dir=args.dir))
