@@ -82,6 +82,10 @@ def run(
     """
     stop = stop or install_stop_handlers()
     info = info or RankInfo.from_env()
+    if cfg.train.deterministic:
+        # cuBLAS is only deterministic with a fixed workspace, and torch refuses it in deterministic
+        # mode without one; set before the first matmul creates the handle. No effect on the CPU.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     events = EventLog(run_dir / "events.jsonl", rank=info.rank, context=context)
     _setup_logging(run_dir, info.rank)
     comm: Comm | None = None
