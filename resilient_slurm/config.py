@@ -39,6 +39,27 @@ class RunConfig:
     """Keys a recipe cannot run without (e.g. model.pretrained, data.path): each must be set."""
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The linear layers of a Llama decoder layer (Hugging Face names): what LoRA can adapt."""
+
+
+@dataclass
+class LoRAConfig:
+    rank: int | None = None
+    """Train LoRA adapters of this rank on `targets` instead of every weight; null: a full fine-tune.
+    The base model is frozen (held in bfloat16, rebuilt from its files at every start); the
+    adapters train in float32. Checkpoints hold the adapters, their optimizer state and the base's
+    identity; hf/ then holds a PEFT adapter (`python -m resilient_slurm.export RUN OUT --merge`
+    writes the merged model)."""
+    alpha: float = 16.0
+    """The adapters' output is scaled by alpha / rank (PEFT's lora_alpha)."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input while training (PEFT's lora_dropout)."""
+    targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Layers of every decoder layer that get adapters, by name: the attention projections by
+    default; any of LORA_TARGETS (the MLP's gate_proj, up_proj, down_proj too)."""
+
+
 @dataclass
 class ModelConfig:
     pretrained: str | None = None
@@ -69,11 +90,13 @@ class ModelConfig:
     """Written to the exported config.json; from the pretrained config, else from the tokenizer."""
     dtype: str = "float32"
     """Compute dtype (float32 or bfloat16). Master weights, gradients' reduction and AdamW state are
-    always float32 (FSDP2 MixedPrecisionPolicy): bf16 parameters lose small updates on long runs."""
+    always float32 (FSDP2 MixedPrecisionPolicy): bf16 parameters lose small updates on long runs.
+    With `lora.rank`, the frozen base is held in bfloat16 whatever this says (it never updates)."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass: ~1/25 of the activation
     memory for about a third more compute."""
     init_std: float = 0.02
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
 
 
 @dataclass
@@ -580,6 +603,16 @@ def validate(cfg: Config) -> list[str]:
     need((m.hidden_size // max(m.num_heads, 1)) % 2 == 0,
          "model.hidden_size: head dim must be even for rotary embeddings; change hidden_size or num_heads")
     need(m.dtype in DTYPES, f"model.dtype: {m.dtype!r} unknown; use one of {', '.join(DTYPES)}")
+    lora = m.lora
+    need(lora.rank is None or lora.rank >= 1,
+         f"model.lora.rank: {lora.rank}; set a rank of 1 or more, or null for a full fine-tune")
+    need(lora.alpha > 0, f"model.lora.alpha: {lora.alpha}; set it > 0 (the adapters are scaled by alpha / rank)")
+    need(0 <= lora.dropout < 1, f"model.lora.dropout: {lora.dropout}; set it within [0, 1)")
+    unknown_targets = [t for t in lora.targets if t not in LORA_TARGETS]
+    need(not unknown_targets and bool(lora.targets),
+         f"model.lora.targets: {unknown_targets[0]!r} matches no layer of the model; use some of "
+         f"{', '.join(LORA_TARGETS)}" if unknown_targets else
+         f"model.lora.targets: empty; use some of {', '.join(LORA_TARGETS)}")
     need(d.seq_len <= m.max_seq_len,
          f"data.seq_len: {d.seq_len} exceeds model.max_seq_len={m.max_seq_len}; lower it or raise max_seq_len")
     need(bool(d.path), "data.path: empty; set data.path=FILE.jsonl (or a directory of .jsonl files)")

@@ -377,7 +377,7 @@ class Finish(Details):
 
 @dataclass(frozen=True, kw_only=True)
 class Exported(Details):
-    """The finished model was written in Hugging Face layout."""
+    """The finished model was written for its users (hf/): in Hugging Face layout, or a LoRA adapter."""
 
     KIND = Kind.EXPORTED
     path: str
@@ -385,6 +385,8 @@ class Exported(Details):
     dtype: str
     files: int
     seconds: float
+    format: str = "hf"
+    """hf: a whole model; peft: a LoRA run's adapter."""
 
 
 @dataclass(frozen=True, kw_only=True)

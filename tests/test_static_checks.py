@@ -21,7 +21,7 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py",
         "simulate/results.py", "simulate/report.py", "workload/chat_format.py", "workload/packing.py",
         "workload/tiny_chat.py", "export/hf_layout.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",
-        "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py"]
+        "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py", "export/peft_layout.py"]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "submitit", "pynvml",
                 "fcntl", "mmap", "requests", "urllib"}
 

@@ -160,10 +160,12 @@ class Checkpointer:
 
     # --- resume
     def resume(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-               scheduler: torch.optim.lr_scheduler.LRScheduler, before_step: int | None = None) -> load.ResumeOutcome:
-        """The newest checkpoint that loads, from either tier (of a step before `before_step`)."""
+               scheduler: torch.optim.lr_scheduler.LRScheduler, before_step: int | None = None,
+               refusal: load.Refusal | None = None) -> load.ResumeOutcome:
+        """The newest checkpoint that loads, from either tier (of a step before `before_step`);
+        CheckpointRefused when `refusal` objects to it."""
         outcome = load.resume(self.root, self.comm, model, optimizer, scheduler, self.cfg.io_threads, self.cold,
-                              before_step)
+                              before_step, refusal)
         restored = outcome.restored
         if restored is not None and restored.rng == "reseeded":
             self.events.emit(ledger.RngReseeded(

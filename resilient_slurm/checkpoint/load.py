@@ -20,6 +20,7 @@ import shutil
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -40,6 +41,15 @@ from resilient_slurm.checkpoint.state import (
 )
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.runtime.distributed import Comm
+
+
+Refusal = Callable[[dict[str, Any]], str | None]
+"""refusal(train_state): why the run must not continue from a checkpoint (None: it may)."""
+
+
+class CheckpointRefused(ValueError):
+    """A valid checkpoint this run must not continue from (another base model, another kind of
+    training): the resume stops, instead of skipping to an older checkpoint or a fresh start."""
 
 
 class ColdSource(Protocol):
@@ -87,9 +97,11 @@ def resume(
     io_threads: int,
     cold: ColdSource | None = None,
     before_step: int | None = None,
+    refusal: Refusal | None = None,
 ) -> ResumeOutcome:
     """`cold` is consulted on rank 0 only (the others may pass None); `before_step`: only
-    checkpoints of earlier steps (a rollback past an anomaly)."""
+    checkpoints of earlier steps (a rollback past an anomaly). A checkpoint `refusal` objects to
+    raises CheckpointRefused on every rank, before anything of it is loaded."""
     skipped: list[tuple[str, str]] = []
     cold_steps: list[int] = []
     if comm.rank == 0:
@@ -113,14 +125,18 @@ def resume(
                 if problem:
                     skipped.append(problem)
                     continue
-            result, reason, loading = _attempt(path, comm.rank, model, optimizer, scheduler, io_threads)
+            result, reason, loading, refused = _attempt(path, comm.rank, model, optimizer, scheduler, io_threads,
+                                                        refusal)
             touched |= loading
-            outcomes = comm.all_gather_object((result is not None, reason))
-            if all(ok for ok, _ in outcomes):
+            outcomes = comm.all_gather_object((result is not None, reason, refused))
+            refusals = sorted({r for _, _, r in outcomes if r})
+            if refusals:
+                raise CheckpointRefused(f"{path}: {refusals[0]}")
+            if all(ok for ok, _, _ in outcomes):
                 assert result is not None
                 result.source = source
                 return ResumeOutcome(result, skipped, False)
-            skipped.append((str(path), "; ".join(sorted({r for ok, r in outcomes if not ok}))))
+            skipped.append((str(path), "; ".join(sorted({r for ok, r, _ in outcomes if not ok}))))
             if comm.rank == 0 and path.exists():
                 store.quarantine(path)
             comm.barrier()
@@ -129,17 +145,22 @@ def resume(
 
 def _attempt(
     path: Path, rank: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler, io_threads: int,
-) -> tuple[Restored | None, str, bool]:
-    """(result, reason, whether loading began and may have overwritten part of the state)."""
+    scheduler: torch.optim.lr_scheduler.LRScheduler, io_threads: int, refusal: Refusal | None,
+) -> tuple[Restored | None, str, bool, str | None]:
+    """(result, reason, whether loading began and may have overwritten part of the state, why the
+    checkpoint is refused)."""
     verdict = verify(path, checksums=False)
     if not verdict.ok:
-        return None, verdict.reason, False
+        return None, verdict.reason, False, None
     try:
         assert verdict.manifest is not None
-        return load_into(path, verdict.manifest, rank, model, optimizer, scheduler, io_threads), "ok", True
+        if refusal is not None:
+            refused = refusal(read_json(path, layout.TRAIN_STATE, verdict.manifest))
+            if refused:
+                return None, refused, False, refused
+        return load_into(path, verdict.manifest, rank, model, optimizer, scheduler, io_threads), "ok", True, None
     except (LoadError, FormatError, ValueError, KeyError, OSError) as e:
-        return None, str(e), True
+        return None, str(e), True, None
 
 
 def _fetch(cold: ColdSource, step: int, root: Path) -> tuple[str, str] | None:

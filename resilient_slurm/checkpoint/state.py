@@ -84,11 +84,14 @@ def held(t: torch.Tensor, name: str) -> Held:
 
 
 def model_tensors(model: nn.Module) -> dict[str, Held]:
-    """The model's tensors by HF name, each once (a tied lm_head is left out, as HF does)."""
+    """The model's tensors by HF name, each once (a tied lm_head is left out, as HF does). Frozen
+    parameters are not state: they never change, and the run rebuilds them from their source at
+    every start (a LoRA run's base model, whose identity its train_state records), so a LoRA
+    checkpoint holds the adapters alone."""
     out: dict[str, Held] = {}
     seen: set[int] = set()
     for name, t in model.state_dict(keep_vars=True).items():
-        if id(t) in seen:
+        if id(t) in seen or (isinstance(t, nn.Parameter) and not t.requires_grad):
             continue
         seen.add(id(t))
         out[name] = held(t, name)

@@ -1,6 +1,7 @@
-"""`python -m resilient_slurm.export RUN_DIR OUT [--step N] [--dtype bfloat16|float32]`: a checkpoint of
-a run as a Hugging Face model directory that transformers and vLLM load (the newest valid one
-unless --step). Exit status: 0 written, 1 the checkpoint or the export failed, 2 usage."""
+"""`python -m resilient_slurm.export RUN_DIR OUT [--step N] [--dtype bfloat16|float32] [--merge]`: a
+checkpoint of a run as a Hugging Face model directory that transformers and vLLM load (the newest
+valid one unless --step); for a LoRA run a PEFT adapter directory, or with --merge the base model
+with the adapters merged in. Exit status: 0 written, 1 the checkpoint or the export failed, 2 usage."""
 
 from __future__ import annotations
 
@@ -21,10 +22,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     parser.add_argument("out", type=Path, metavar="OUT")
     parser.add_argument("--step", type=int, help="the checkpoint's step (default: the newest that verifies)")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
+    parser.add_argument("--dtype", choices=sorted(DTYPES),
+                        help="of the weights written (default: bfloat16 for a model, float32 for an adapter)")
+    parser.add_argument("--merge", action="store_true",
+                        help="LoRA runs: the base model with the adapters merged in, instead of the adapter")
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.run_dir)
+        if args.merge and cfg.model.lora.rank is None:
+            print(f"export: {args.run_dir} is a full fine-tune, with no adapters to merge; export it without --merge",
+                  file=sys.stderr)
+            return 2
         root = hot_root(args.run_dir, cfg.checkpoint)
         steps = [(s, p) for s, p in store.list_step_dirs(root) if (p / layout.MANIFEST).is_file()]
         if args.step is not None:
@@ -36,13 +44,15 @@ def main(argv: list[str] | None = None) -> int:
         errors = []
         for step, path in steps:  # newest first
             try:
-                export_checkpoint(path, args.out, cfg, DTYPES[args.dtype], cfg.checkpoint.io_threads)
+                written = export_checkpoint(path, args.out, cfg, DTYPES[args.dtype] if args.dtype else None,
+                                            cfg.checkpoint.io_threads, merge=args.merge)
             except ExportError as e:
                 errors.append(str(e))
                 if args.step is not None or "not a valid checkpoint" not in str(e):
                     break
                 continue
-            print(f"exported step {step} of {args.run_dir} to {args.out} ({args.dtype})")
+            what = {"peft": ", a PEFT LoRA adapter", "hf": ", adapters merged" if args.merge else ""}[written.format]
+            print(f"exported step {step} of {args.run_dir} to {args.out} ({written.dtype}{what})")
             return 0
         print(errors[-1], file=sys.stderr)
         return 1

@@ -14,7 +14,8 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -56,41 +57,58 @@ def write_hf(out_dir: str, tensors: Sequence[tuple[str, Sequence[int]]], read: C
     built from `model_cfg`. Every non-weight file of the base is copied (tokenizer, chat template,
     generation config, README, LICENSE); then `tokenizer_dir`'s tokenizer files, when it is another
     directory, replace the base's (the run tokenized with them). Returns the shards written."""
-    if os.path.exists(out_dir):
-        raise ExportError(f"export: {out_dir} already exists; remove it or choose another output directory")
     if dtype not in DTYPE_NAMES:
         raise ExportError(f"export: dtype {dtype} is not supported; use one of {', '.join(DTYPE_NAMES.values())}")
     base_config = _base_config(base_dir, model_cfg) if base_dir else None
     shapes = _checked_shapes(tensors, model_cfg)
     itemsize = torch.empty(0, dtype=dtype).element_size()
     shards = plan_shards([(name, math.prod(shape) * itemsize) for name, shape in shapes], max_shard_bytes)
-    tmp = out_dir.rstrip("/") + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    try:
+    with staged_directory(out_dir) as tmp:
         planned = dict(shapes)
         for shard in shards:
             _write_shard(os.path.join(tmp, shard.file), shard, planned, read, dtype)
         if len(shards) > 1:
-            _write_json(tmp, INDEX_FILE, index(shards))
+            write_json(tmp, INDEX_FILE, index(shards))
         dtype_name = DTYPE_NAMES[dtype]
         config = config_from_base(base_config, dtype_name) if base_config else model_config(model_cfg, dtype_name)
-        _write_json(tmp, "config.json", config)
+        write_json(tmp, "config.json", config)
         if base_dir:
             _copy_base_files(base_dir, tmp)
-        if tokenizer_dir and not (base_dir and os.path.samefile(tokenizer_dir, base_dir)):
-            for name in TOKENIZER_FILES:
-                if os.path.isfile(os.path.join(tokenizer_dir, name)):
-                    _copy(os.path.join(tokenizer_dir, name), os.path.join(tmp, name))
+        copy_tokenizer(tokenizer_dir, base_dir, tmp)
         if not os.path.exists(os.path.join(tmp, "generation_config.json")):
-            _write_json(tmp, "generation_config.json", generation_config(model_cfg))
+            write_json(tmp, "generation_config.json", generation_config(model_cfg))
+    return shards
+
+
+@contextmanager
+def staged_directory(out_dir: str) -> Iterator[str]:
+    """Yield `<out_dir>.tmp` to write into; renamed to `out_dir` (synced) when the block ends, removed
+    when it raises."""
+    if os.path.exists(out_dir):
+        raise ExportError(f"export: {out_dir} already exists; remove it or choose another output directory")
+    tmp = out_dir.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        yield tmp
         fsync_path(tmp)
         os.rename(tmp, out_dir)
         fsync_path(os.path.dirname(os.path.abspath(out_dir)))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return shards
+
+
+def copy_tokenizer(tokenizer_dir: str | None, base_dir: str | None, out: str) -> None:
+    """The tokenizer files the run tokenized with, when they are not the base directory's own."""
+    if tokenizer_dir and not (base_dir and os.path.samefile(tokenizer_dir, base_dir)):
+        for name in TOKENIZER_FILES:
+            if os.path.isfile(os.path.join(tokenizer_dir, name)):
+                _copy(os.path.join(tokenizer_dir, name), os.path.join(out, name))
+
+
+def write_json(directory: str, name: str, data: dict[str, Any]) -> None:
+    write_bytes(os.path.join(directory, name), (json.dumps(data, indent=2) + "\n").encode())
 
 
 def _checked_shapes(tensors: Sequence[tuple[str, Sequence[int]]],
@@ -134,10 +152,6 @@ def _write_shard(path: str, shard: Shard, shapes: dict[str, tuple[int, ...]], re
         tensors.append((name, value.detach().to("cpu", dtype).contiguous()))
         del value  # the float32 original goes now; only the converted shard stays
     write_file(path, tensors, SAFETENSORS_METADATA)
-
-
-def _write_json(directory: str, name: str, data: dict[str, Any]) -> None:
-    write_bytes(os.path.join(directory, name), (json.dumps(data, indent=2) + "\n").encode())
 
 
 def _copy_base_files(base_dir: str, out: str) -> None:

@@ -22,7 +22,13 @@ _ABBREVIATIONS = {
     "model.num_layers": "layers",
     "model.hidden_size": "d",
     "cluster.ranks": "ranks",
+    "model.lora.rank": "lora-r",
+    "model.lora.alpha": "lora-alpha",
+    "model.lora.dropout": "lora-dropout",
+    "model.lora.targets": "targets",
 }
+# Suffixes left out when a list of layer names is spelled (`[q_proj,k_proj,v_proj]` -> `qkv`).
+_LAYER_SUFFIXES = ("_proj",)
 # Overrides of where or how a run executes, not what it computes: never part of a variant.
 _PLACEMENT = PLACEMENT_PREFIXES + ("hydra.", "hydra/")
 # An ablation group spells at most this many changed keys; beyond, it names the two runs instead.
@@ -39,6 +45,9 @@ def variant(overrides: list[str]) -> str:
             continue
         if "." not in key:  # another group's choice, e.g. `lora=r16`
             parts.append(f"{_clean(key)}-{_clean(value)}")
+        elif value.startswith("[") and value.endswith("]"):
+            items = [v.strip(" '\"") for v in value[1:-1].split(",")]
+            parts.append(f"{_short(key)}-{_list(items)}")
         else:
             parts.append(f"{_short(key)}{_clean(_number(value))}")
     return "-".join(parts) or "base"
@@ -72,7 +81,19 @@ def _short(key: str) -> str:
 def _value(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return _list([str(v) for v in value])
     return _clean(_number(str(value)))
+
+
+def _list(items: list[str]) -> str:
+    """A list of names run together, layer-name suffixes dropped: `[q_proj, k_proj, v_proj]` -> `qkv`."""
+    out = []
+    for item in items:
+        for suffix in _LAYER_SUFFIXES:
+            item = item.removesuffix(suffix)
+        out.append(_clean(item))
+    return "".join(out) or "none"
 
 
 def _number(value: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -23,7 +24,7 @@ from resilient_slurm.workload.chat_cache import DataChangedError
 from resilient_slurm.workload.chat_data import ChatData, cache_root, open_chat_data
 from resilient_slurm.workload.chat_template import TemplateRenderError
 from resilient_slurm.workload.model import LlamaForCausalLM
-from resilient_slurm.workload.pretrained import HFWeights, PretrainedError, expected_shapes
+from resilient_slurm.workload.pretrained import HFWeights, PretrainedError, expected_shapes, identity
 from resilient_slurm.workload.tokenizer import TokenizerError
 
 DATA_RECORD = "data.json"
@@ -69,7 +70,7 @@ def build_model(cfg: Config, comm: Comm) -> LlamaForCausalLM:
 
 def fill_initial(model: nn.Module, cfg: Config) -> None:
     """(Re)write this rank's shards with the initial weights: the pretrained ones, read row range
-    by row range from their files, or the seeded random ones."""
+    by row range from their files, or the seeded random ones; LoRA adapters from their seed."""
     if not cfg.model.pretrained:
         parallel.fill_random(model, cfg.model, cfg.train.seed)
         return
@@ -87,4 +88,45 @@ def fill_initial(model: nn.Module, cfg: Config) -> None:
             weights.read_rows(name, start, stop, host)
             out.copy_(host)
 
-    parallel.fill(model, rows_of)
+    parallel.fill(model, parallel.with_adapters(rows_of, cfg.train.seed))
+
+
+def base_model(cfg: Config) -> dict[str, Any] | None:
+    """What a LoRA run's frozen weights are, as its checkpoints record it: the pretrained
+    directory and its identity (a hash of its index and files), or the random initialisation's
+    seed. None for a full fine-tune, whose checkpoints hold every weight."""
+    if cfg.model.lora.rank is None:
+        return None
+    if not cfg.model.pretrained:
+        return {"path": None, "identity": f"random-init:seed={cfg.train.seed}:std={cfg.model.init_std}"}
+    try:
+        return {"path": cfg.model.pretrained, "identity": identity(cfg.model.pretrained)}
+    except INPUT_ERRORS as e:
+        raise InputError(str(e)) from None
+
+
+def lora_record(cfg: Config) -> dict[str, Any] | None:
+    """A LoRA run's adapters as its checkpoints record them; None for a full fine-tune."""
+    lora = cfg.model.lora
+    if lora.rank is None:
+        return None
+    return {"rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout, "targets": list(lora.targets)}
+
+
+def resume_refusal(train_state: dict[str, Any], cfg: Config, base: dict[str, Any] | None) -> str | None:
+    """Why this run must not continue from a checkpoint with `train_state` (None: it may). Not a
+    damaged checkpoint to skip: the next one would be refused alike, and falling back to a fresh
+    start would silently discard the run, so the resume stops with this line instead."""
+    saved_lora, saved_base = train_state.get("lora"), train_state.get("base_model")
+    rank = cfg.model.lora.rank
+    if rank is not None and saved_lora is None:
+        return (f"a checkpoint of a full fine-tune, and this run trains LoRA adapters (model.lora.rank={rank}); "
+                f"resume it without model.lora.rank, or start a new run (another run.name)")
+    if rank is None and saved_lora is not None:
+        return (f"a checkpoint of LoRA adapters (rank {saved_lora['rank']}) without their base weights, and this "
+                f"run is a full fine-tune; resume it with model.lora.rank={saved_lora['rank']}, or start a new run")
+    if base is not None and saved_base is not None and saved_base["identity"] != base["identity"]:
+        return (f"its adapters were trained on the base model {saved_base['path'] or 'of random weights'} "
+                f"(identity {saved_base['identity'][:16]}), but this run's base {base['path'] or 'is random'} has "
+                f"identity {base['identity'][:16]}; restore that base model (model.pretrained), or start a new run")
+    return None

@@ -24,7 +24,7 @@ from resilient_slurm.analysis import record
 from resilient_slurm.analysis.metrics import MetricsFile
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
-from resilient_slurm.checkpoint.load import Restored
+from resilient_slurm.checkpoint.load import CheckpointRefused, Restored
 from resilient_slurm.checkpoint.state import (
     Snapshot,
     capture_snapshot,
@@ -128,6 +128,8 @@ class _Loop:
         torch.use_deterministic_algorithms(t.deterministic)
         self.data = build.open_data(cfg, run_dir, comm)
         self.model = build.build_model(cfg, comm)
+        self.base = build.base_model(cfg)
+        """A LoRA run's base model (path, identity): recorded in its checkpoints, checked on resume."""
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, t.max_steps)
         self.trainer = Trainer(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip)
@@ -151,8 +153,9 @@ class _Loop:
         cfg, comm = self.cfg, self.comm
         if comm.rank == 0:
             log.info("run directory: %s", self.run_dir)
-            log.info("model %s: %.2fM parameters, %d rank(s), global batch %d x %d tokens",
-                     cfg.model.name, num_parameters(self.model) / 1e6, comm.world_size,
+            log.info("model %s: %.2fM parameters (%.3gM trained), %d rank(s), global batch %d x %d tokens",
+                     cfg.model.name, num_parameters(self.model) / 1e6,
+                     sum(p.numel() for p in self.model.parameters() if p.requires_grad) / 1e6, comm.world_size,
                      cfg.data.global_batch_size, cfg.data.seq_len)
             self.events.emit(ledger.Start(world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
                                           process_started=record.process_started()), 0)
@@ -302,7 +305,11 @@ class _Loop:
     def _load_newest(self, before_step: int | None = None) -> Restored | None:
         """Load the newest valid checkpoint (of a step before `before_step`); without one, the state
         is what a fresh start has, even if a damaged checkpoint was partly read on the way."""
-        outcome = self.checkpointer.resume(self.model, self.optimizer, self.scheduler, before_step=before_step)
+        try:
+            outcome = self.checkpointer.resume(self.model, self.optimizer, self.scheduler, before_step=before_step,
+                                               refusal=lambda ts: build.resume_refusal(ts, self.cfg, self.base))
+        except CheckpointRefused as e:
+            raise build.InputError(str(e)) from None
         if self.comm.rank == 0:
             for path, reason in outcome.skipped:
                 self.events.emit(ledger.CheckpointSkipped(path=str(path), reason=reason), None)
@@ -355,18 +362,19 @@ class _Loop:
         return {"val_loss": result.val_loss, **result.task, "eval_seconds": result.seconds}
 
     def _export(self) -> None:
-        """Rank 0 writes the finished model to `hf/` (Hugging Face layout) from the final checkpoint,
-        streaming; a finish that runs again replaces it."""
+        """Rank 0 writes the finished model to `hf/` from the final checkpoint, streaming: in Hugging
+        Face layout (bf16), or a LoRA run's PEFT adapter (fp32); a finish that runs again replaces it."""
         path = self.checkpointer.root / layout.step_dir_name(self.progress.step)
         if self.comm.rank != 0 or not (path / layout.MANIFEST).is_file():
             return
         out = self.run_dir / "hf"
         start = time.perf_counter()
         shutil.rmtree(out, ignore_errors=True)
-        shards = export_checkpoint(path, out, self.cfg, torch.bfloat16, self.cfg.checkpoint.io_threads)
-        self.events.emit(ledger.Exported(path=str(out), checkpoint=str(path), dtype="bfloat16", files=len(shards),
-                                         seconds=round(time.perf_counter() - start, 3)), self.progress.step)
-        log.info("exported the model to %s", out)
+        written = export_checkpoint(path, out, self.cfg, io_threads=self.cfg.checkpoint.io_threads)
+        self.events.emit(ledger.Exported(path=str(out), checkpoint=str(path), dtype=written.dtype, files=written.files,
+                                         seconds=round(time.perf_counter() - start, 3), format=written.format),
+                         self.progress.step)
+        log.info("exported the %s to %s", "LoRA adapter" if written.format == "peft" else "model", out)
 
     def _commit(self) -> None:
         """Steps up to the newest committed checkpoint are final: hand them to the tracker."""
@@ -409,6 +417,9 @@ class _Loop:
             "saved_at": utc_now(), "world_size": self.comm.world_size,
             "global_batch_size": self.cfg.data.global_batch_size, **self.identity,
         }
+        lora = build.lora_record(self.cfg)
+        if lora is not None:
+            train_state.update(lora=lora, base_model=self.base)
         return capture_snapshot(self.model, self.optimizer, self.scheduler, train_state)
 
 

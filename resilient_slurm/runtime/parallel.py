@@ -7,7 +7,17 @@ from the random initial values, which are defined per tensor so that every world
 the same weights.
 
 Precision: parameters, their gradients and AdamW's state are float32 (the master copy); FSDP2 casts
-a `model.dtype` copy for the forward and backward, and reduces gradients in float32. Gradients are
+a `model.dtype` copy for the forward and backward, and reduces gradients in float32.
+
+With LoRA (`model.lora.rank`), only the adapters train, in float32; the frozen base is held in
+bfloat16 (half the memory of its shards, and no master copy: it never updates). Base and adapters
+share each decoder layer's unit: FSDP2 shards per parameter, so one unit may mix dtypes, provided
+the policy names the compute dtype, so that the all-gather casts both to it (bf16 base up to fp32
+for a float32 run, fp32 adapters down to bf16 for a bf16 run). Without it a float32 run would meet
+bf16 weights in its matmuls. Measured (torch 2.13, 2 gloo ranks; see the LoRA issue's report):
+bf16 base + fp32 adapters ran with `param_dtype` fp32 and bf16, and failed without one; adapters in
+units of their own were not needed. For a full fine-tune, `param_dtype` = float32 casts nothing, as
+no `param_dtype` did (same bits). Gradients are
 summed over ranks, not averaged: the step divides the loss by the global token count itself, so a
 step means the same at any world size. gloo has no pre-scaled sum, so reductions are plain sums
 (`set_force_sum_reduction_for_comms`).
@@ -28,6 +38,13 @@ from torch.distributed.tensor import DTensor
 
 from resilient_slurm.checkpoint.state import local_rows
 from resilient_slurm.config import ModelConfig
+from resilient_slurm.workload.lora import (
+    BASE_DTYPE,
+    adapter_value,
+    apply_lora,
+    hold_base_in,
+    is_adapter,
+)
 from resilient_slurm.workload.model import LlamaForCausalLM, init_value
 
 FillRows = Callable[[str, tuple[int, ...], int, int, torch.Tensor], None]
@@ -40,10 +57,11 @@ def build_model(cfg: ModelConfig, mesh: DeviceMesh, device: torch.device) -> Lla
     `fill_pretrained`)."""
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
+    if cfg.lora.rank is not None:
+        apply_lora(model, cfg.lora)
+        hold_base_in(model, BASE_DTYPE)
     model.model.activation_checkpointing = cfg.activation_checkpointing
-    compute = getattr(torch, cfg.dtype)
-    policy = MixedPrecisionPolicy(param_dtype=None if compute == torch.float32 else compute,
-                                  reduce_dtype=torch.float32)
+    policy = MixedPrecisionPolicy(param_dtype=getattr(torch, cfg.dtype), reduce_dtype=torch.float32)
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     # The root unit holds the embedding, the final norm and the head (tied or not).
@@ -65,9 +83,24 @@ def fill(model: nn.Module, rows_of: FillRows) -> None:
         rows_of(name, tuple(p.shape), start, stop, local)
 
 
-def fill_random(model: nn.Module, cfg: ModelConfig, seed: int) -> None:
+def random_rows(cfg: ModelConfig, seed: int) -> FillRows:
     def rows_of(name: str, shape: tuple[int, ...], start: int, stop: int, out: torch.Tensor) -> None:
         # The whole tensor is drawn (one at a time) so its values do not depend on the world size.
         out.copy_(init_value(name, shape, cfg, seed)[start:stop])
 
-    fill(model, rows_of)
+    return rows_of
+
+
+def with_adapters(base: FillRows, seed: int) -> FillRows:
+    """`base` for the base model's parameters, the adapters' initial values for theirs."""
+    def rows_of(name: str, shape: tuple[int, ...], start: int, stop: int, out: torch.Tensor) -> None:
+        if is_adapter(name):
+            out.copy_(adapter_value(name, shape, seed)[start:stop])
+        else:
+            base(name, shape, start, stop, out)
+
+    return rows_of
+
+
+def fill_random(model: nn.Module, cfg: ModelConfig, seed: int) -> None:
+    fill(model, with_adapters(random_rows(cfg, seed), seed))

@@ -3,6 +3,7 @@
 Modules, from files to batches:
     model          a Llama-architecture decoder with Hugging Face parameter names, packed inputs
     pretrained     a Hugging Face Llama directory: config.json → ModelConfig, weights read by row ranges
+    lora           LoRA adapters on a frozen base: the layer, where it goes, its initial values
     tokenizer      a Hugging Face directory's tokenizer.json, special tokens, EOS ids and chat template
     chat_template  chat templates rendered in jinja2's sandbox as transformers renders them
     chat_format    one .jsonl line → messages (`messages` or `prompt`/`completion`), or why not  [pure]
