@@ -12,6 +12,7 @@ import shutil
 import sys
 import time
 import traceback
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from resilient_slurm.checkpoint.load import CheckpointRefused, Restored
 from resilient_slurm.checkpoint.state import (
     Snapshot,
     capture_snapshot,
+    reseed_rng,
 )
 from resilient_slurm.config import Config
 from resilient_slurm.exit_codes import ExitCode
@@ -313,6 +315,10 @@ class _Loop:
         if self.comm.rank == 0:
             for path, reason in outcome.skipped:
                 self.events.emit(ledger.CheckpointSkipped(path=str(path), reason=reason), None)
+        if outcome.restored is None:
+            # Python and numpy seed themselves from the OS at process start: without this, a fresh
+            # start draws different dropout masks on every attempt and twin runs differ.
+            reseed_rng(zlib.crc32(f"{self.cfg.train.seed}:{self.comm.rank}".encode()))
         if outcome.restored is None and (outcome.touched_state or before_step is not None):
             cfg = self.cfg
             build.fill_initial(self.model, cfg)

@@ -185,3 +185,18 @@ def test_bad_chat_values_give_one_line_naming_the_key(override, key):
     with pytest.raises(ConfigError) as err:
         to_config(composed("+experiment=tiny_sft", override))
     assert str(err.value).startswith(key) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("override, key, fix", [
+    ("model.lora.rank=0", "model.lora.rank", "null for a full fine-tune"),
+    ("model.lora.rank=-8", "model.lora.rank", "rank of 1 or more"),
+    ("model.lora.targets=[q_proj,qproj]", "model.lora.targets", "'qproj' matches no layer"),
+    ("model.lora.targets=[]", "model.lora.targets", "use some of q_proj"),
+    ("model.lora.alpha=0", "model.lora.alpha", "> 0"),
+    ("model.lora.dropout=1.0", "model.lora.dropout", "[0, 1)"),
+])
+def test_bad_lora_values_give_one_line_naming_the_key_and_the_fix(override, key, fix):
+    with pytest.raises(ConfigError) as err:
+        to_config(composed("+experiment=tiny_sft", "model.lora.rank=8", override))
+    message = str(err.value)
+    assert message.startswith(key) and "\n" not in message and fix in message

@@ -1,8 +1,9 @@
 """Loading: in place, RNG states for ranks a checkpoint has none for, and the fallback across tiers."""
 
+import pytest
 import torch
 
-from resilient_slurm.checkpoint.load import load_into, resume
+from resilient_slurm.checkpoint.load import CheckpointRefused, load_into, resume
 from resilient_slurm.checkpoint.save import save
 from resilient_slurm.checkpoint.state import (
     capture_snapshot,
@@ -76,3 +77,18 @@ def test_before_step_only_considers_earlier_checkpoints(tmp_path):
         saved(tmp_path, step)
     outcome = resume(tmp_path, COMM, *trained(3), io_threads=1, before_step=6)
     assert outcome.restored.train_state["step"] == 4 and not outcome.skipped
+
+
+def test_a_refused_checkpoint_stops_the_resume_and_stays_in_place(tmp_path):
+    path, _ = saved(tmp_path, 4)
+    seen = []
+
+    def refusal(train_state):
+        seen.append(train_state["step"])
+        return "another base model"
+
+    with pytest.raises(CheckpointRefused) as err:
+        resume(tmp_path, COMM, *trained(1), io_threads=1, refusal=refusal)
+    assert str(err.value) == f"{path}: another base model" and seen == [4]
+    assert path.is_dir() and not (tmp_path / ".quarantine").exists()
+    assert resume(tmp_path, COMM, *trained(1), io_threads=1, refusal=lambda ts: None).restored.path == path

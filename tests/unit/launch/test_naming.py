@@ -23,3 +23,11 @@ def test_ablation_group(changed, expected):
 
 def test_tracking_and_eval_overrides_are_not_a_variant():
     assert variant(["tracking.mode=disabled", "eval.every_steps=5", "run.fork=true"]) == "base"
+
+
+def test_lora_runs_carry_their_variant_and_a_targets_ablation_is_named_after_the_targets():
+    assert variant(["model.lora.rank=16"]) == "lora-r16"
+    assert variant(["model.lora.rank=8", "model.lora.targets=[q_proj,k_proj,v_proj]"]) == "lora-r8-targets-qkv"
+    qkvo, qkv = ["q_proj", "k_proj", "v_proj", "o_proj"], ["q_proj", "k_proj", "v_proj"]
+    assert ablation_group({"model.lora.targets": (qkvo, qkv)}, "base", "run") == "ablation-targets-qkvo-vs-qkv"
+    assert ablation_group({"model.lora.rank": (None, 16)}, "base", "run") == "ablation-lora-r-none-vs-16"

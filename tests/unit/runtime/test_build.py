@@ -105,3 +105,43 @@ def test_a_missing_shard_of_the_pretrained_weights_is_named(pretrained, tmp_path
     shard.unlink()
     message = one_line_error(lambda: build.build_model(config(tmp_path, broken), one_rank()))
     assert shard.name in message and str(broken) in message
+
+
+def test_a_lora_model_holds_its_base_in_bf16_trains_only_adapters_and_starts_as_its_base(pretrained, tmp_path):
+    from resilient_slurm.checkpoint.state import capture_snapshot
+    from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
+
+    cfg = config(tmp_path, pretrained)
+    cfg.model.lora.rank = 4
+    model = build.build_model(cfg, one_rank())
+    dtypes = {name: p.dtype for name, p in model.named_parameters()}
+    assert {d for n, d in dtypes.items() if ".lora_" in n} == {torch.float32}
+    assert {d for n, d in dtypes.items() if ".lora_" not in n} == {torch.bfloat16}
+    # A new adapter adds zero: the model is the base as held (bf16 weights), computed in float32.
+    oracle = transformers.LlamaForCausalLM.from_pretrained(pretrained, dtype=torch.bfloat16).float().eval()
+    ids = torch.randint(0, 512, (2, 50), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), oracle(ids).logits, rtol=0, atol=1e-5)
+    model.reshard()
+    optimizer = build_optimizer(model, cfg.optim)
+    model(ids).float().mean().backward()
+    optimizer.step()
+    snap = capture_snapshot(model, optimizer, build_scheduler(optimizer, cfg.optim, 10), {"step": 1})
+    adapters = {n for n in dtypes if ".lora_" in n}
+    assert set(snap.model) == adapters and len(adapters) == 2 * 4 * cfg.model.num_layers
+    assert {n.rsplit(".", 1)[0] for n in snap.optimizer} == adapters
+
+
+def test_a_lora_run_refuses_checkpoints_of_another_base_or_another_kind_of_training(tmp_path):
+    cfg = config(tmp_path)
+    cfg.model.lora.rank = 8
+    base = {"path": "/models/a", "identity": "a" * 64}
+    lora = build.lora_record(cfg)
+    assert build.resume_refusal({"step": 5, "lora": lora, "base_model": base}, cfg, base) is None
+    other = build.resume_refusal({"lora": lora, "base_model": {"path": "/models/a", "identity": "b" * 64}}, cfg, base)
+    assert other and "/models/a" in other and "b" * 16 in other and "a" * 16 in other and "\n" not in other
+    full = build.resume_refusal({"step": 5}, cfg, base)
+    assert full and full.startswith("a checkpoint of a full fine-tune") and "model.lora.rank=8" in full
+    cfg.model.lora.rank = None
+    assert build.resume_refusal({"step": 5}, cfg, None) is None
+    assert "model.lora.rank=8" in (build.resume_refusal({"lora": lora, "base_model": base}, cfg, None) or "")
