@@ -3,7 +3,8 @@
 Bad input stops the run before any training, with one line naming the file and the fix
 (`InputError`; the job exits with ExitCode.CONFIG, which no restart retries): a malformed chat line,
 a tokenizer without a chat template, data changed since the run started, a model that is not a
-Llama, a missing shard of its weights, a tokenizer whose vocabulary the model cannot embed.
+Llama, a missing shard of its weights, a tokenizer whose vocabulary the model cannot embed; for a
+LoRA run, a checkpoint of another base model or of a full fine-tune (`resume_refusal`).
 """
 
 from __future__ import annotations
