@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import shutil
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
