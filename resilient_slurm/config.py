@@ -114,7 +114,9 @@ class DataConfig:
     global_batch_size: int = 8
     """Rows per optimizer step over all ranks; kept constant when the world size changes."""
     micro_batch_size: int = 4
-    """Rows per forward/backward on one rank; accumulation = global / (micro * ranks)."""
+    """Rows per forward/backward on one rank; accumulation = global / (micro * ranks). Where it does
+    not fit in device memory, the run lowers it (ledger: oom_retry) and keeps the lower value on later
+    starts with this same setting; how the rows are cut does not change what a step computes."""
     val_samples: int = 256
     """Conversations held out for evaluation, never trained on: those with the smallest content
     hashes (a fixed set whatever the file order or world size), every copy of each."""
@@ -316,6 +318,15 @@ class MonitorConfig:
     """Global batches skipped after the restored checkpoint (PaLM skipped 200-500)."""
     rollback_lr_factor: float = 1.0
     """Multiply the learning rate by this at each rollback (1 keeps it)."""
+    rss_every_steps: int = 10
+    """Read each rank's resident host memory every N steps, for the leak detector (0 disables)."""
+    leak_window: int = 30
+    """Leak: samples of resident memory (one every rss_every_steps) the slope is taken over ..."""
+    leak_mb_per_step: float = 1.0
+    """... rising at least this many MB per step (the median of the slopes between every two samples,
+    so start-up growth and single jumps do not count) ..."""
+    leak_min_growth_mb: float = 256.0
+    """... and by at least this much over the window."""
     gpu_sample_s: float = 10.0
     """How often the NVML sampler thread reads GPU utilization, memory, temperature and ECC counters."""
     gpu_util_min_pct: float = 50.0
@@ -381,6 +392,11 @@ class FaultConfig:
     After a rollback skips that data, the step runs clean."""
     hang_at_step: int = 0
     """Stop making progress at this step (on `ranks`): a hung GPU or a deadlock."""
+    oom_at_step: int = 0
+    """Raise torch.OutOfMemoryError, what the CUDA allocator raises, in the forward of this step (on
+    `ranks`) while the micro-batch is data.micro_batch_size: a step that fits only at a smaller one."""
+    leak_mb_per_step: float = 0.0
+    """Keep this many more MB of host memory every step (on `ranks`): a leak."""
     ranks: list[int] = field(default_factory=list)
     """Ranks the faults apply to (empty: all)."""
 
@@ -461,10 +477,13 @@ class Config:
 LOSS_MODES = ("assistant", "all", "last")
 # Keys that change where or how a run executes, not what it computes: a relaunch may change them,
 # and they are never part of a run's name.
+# The micro-batch is one: the loss is normalised by the global batch's token count, so cutting the same
+# rows into other micro-batches changes only the order of a sum, as a new world size does.
 PLACEMENT_PREFIXES = ("run.", "cluster.", "checkpoint.", "monitor.", "health.", "fault.", "tracking.", "eval.",
-                      "train.log_every_steps", "train.threads", "train.pause_at_step", "data.cache_dir", "sweep.")
+                      "train.log_every_steps", "train.threads", "train.pause_at_step", "data.cache_dir", "sweep.",
+                      "data.micro_batch_size")
 FINDINGS = ("loss_nan", "loss_spike", "loss_plateau", "grad_explosion", "grad_vanishing", "throughput_drop",
-            "slow_rank", "data_stall", "gpu_underutilized", "gpu_hot", "gpu_memory_full", "gpu_ecc")
+            "slow_rank", "data_stall", "gpu_underutilized", "gpu_hot", "gpu_memory_full", "gpu_ecc", "memory_leak")
 DTYPES = ("float32", "bfloat16")
 TRACKING_MODES = ("offline", "online", "disabled")
 SAMPLERS = ("grid", "random", "tpe")
@@ -675,6 +694,9 @@ def validate(cfg: Config) -> list[str]:
     need(mon.window >= 3 and 1 <= mon.min_history <= mon.window,
          "monitor.min_history: must be between 1 and monitor.window (window >= 3); fix one of them")
     need(mon.hang_floor_s > 0 and mon.hang_factor > 1, "monitor.hang_floor_s: must be > 0 and monitor.hang_factor > 1; raise them")
+    need(mon.rss_every_steps >= 0 and mon.leak_window >= 3 and mon.leak_mb_per_step >= 0,
+         "monitor.rss_every_steps: must be >= 0, monitor.leak_window >= 3 and monitor.leak_mb_per_step >= 0 "
+         "(0 disables); fix the value")
     need(mon.max_rollbacks >= 0 and mon.rollback_skip_batches >= 0 and 0 < mon.rollback_lr_factor <= 1,
          "monitor.max_rollbacks: it and monitor.rollback_skip_batches must be >= 0, "
          "monitor.rollback_lr_factor in (0, 1]; fix the value")

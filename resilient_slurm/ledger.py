@@ -51,6 +51,9 @@ class Kind(str, Enum):
     SIGNAL = "signal"
     STOP = "stop"
     CRASH = "crash"
+    OOM_RETRY = "oom_retry"
+    OUT_OF_MEMORY = "out_of_memory"
+    HOST_OOM = "host_oom"
     HANG = "hang"
     STACKS_DUMPED = "stacks_dumped"
     FINISH = "finish"
@@ -119,6 +122,10 @@ class Start(Details):
     host: str
     process_started: str | None = None
     """UTC time the process started: start-up counts as allocated time."""
+    pids: list[int] | None = None
+    """Every rank's process id, by rank: a kernel OOM-kill line names the pid."""
+    hosts: list[str] | None = None
+    """Every rank's host, by rank."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -350,6 +357,54 @@ class Crash(Details):
     KIND = Kind.CRASH
     error: str
     traceback: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class OomRetry(Details):
+    """A rank ran out of device memory in a step's forward or backward: every rank redid the step
+    at a smaller micro-batch, over the same global batch (more accumulation)."""
+
+    KIND = Kind.OOM_RETRY
+    ranks: list[int]
+    """The ranks that ran out."""
+    error: str
+    """The first of them's error (first line)."""
+    old_micro_batch: int
+    new_micro_batch: int
+    configured_micro_batch: int
+    """data.micro_batch_size at the time: later starts with this value keep new_micro_batch."""
+    accumulation: int
+    """Micro-batches per rank and step at the new size."""
+    memory: list[dict[str, float]]
+    """Each rank's figures, by rank: max_allocated_bytes, reserved_bytes, total_bytes on CUDA;
+    rss_bytes, max_rss_bytes on the host."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutOfMemory(Details):
+    """Out of device memory where a smaller micro-batch cannot help: the run gives up, with what to do."""
+
+    KIND = Kind.OUT_OF_MEMORY
+    phase: str
+    """forward/backward (at micro-batch 1) or optimizer."""
+    ranks: list[int]
+    error: str
+    micro_batch: int
+    memory: list[dict[str, float]]
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostOom(Details):
+    """A rank's process was killed by the kernel's OOM killer: host memory ran out, the node is fine."""
+
+    KIND = Kind.HOST_OOM
+    killed_rank: int | None
+    """None when only a cgroup's counter saw the kill, not which process it took."""
+    pid: int | None
+    source: str
+    """kernel_log (a line naming the pid) or cgroup (an oom_kill counter that went up)."""
+    evidence: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -604,7 +659,7 @@ class Unknown(Details):
 
 
 CATALOG: dict[Kind, type[Details]] = {cls.KIND: cls for cls in Details.__subclasses__()}
-FAILURES = (Kind.CRASH, Kind.HANG)
+FAILURES = (Kind.CRASH, Kind.HANG, Kind.OUT_OF_MEMORY, Kind.HOST_OOM)
 """Events that mean an attempt failed."""
 
 D = TypeVar("D", bound=Details)

@@ -12,8 +12,14 @@ When an attempt of a Slurm job ends (`decide`):
   same even with progress in between, when chance cannot pair them (`across_progress`). Out of
   budget: give up.
 
+Out of memory is its own class. A CUDA OOM where a smaller micro-batch cannot help (already 1, or
+in the optimizer step) gives up at once: the same settings fail the same way. A rank killed by the
+kernel's OOM killer (`host_oom`) is the job's memory, never the node's: requeued without excluding
+it, and given up when it recurs after the same step.
+
 When the monitor finds an anomaly during training (`on_findings`): roll back to the checkpoint
-before it and skip its data (at most `max_rollbacks` times), or just report it.
+before it and skip its data (at most `max_rollbacks` times), or just report it. When a step runs out
+of device memory (`on_out_of_memory`): redo it at a smaller micro-batch, or give up.
 """
 
 from __future__ import annotations
@@ -25,7 +31,21 @@ from enum import Enum
 from typing import Any
 
 from resilient_slurm.exit_codes import ExitCode
-from resilient_slurm.ledger import FAILURES, Crash, Event, GaveUp, Hang, Kind, NodeUnhealthy, Requeue, Signal, Stop
+from resilient_slurm.ledger import (
+    FAILURES,
+    Crash,
+    Event,
+    GaveUp,
+    Hang,
+    HostOom,
+    Kind,
+    NodeUnhealthy,
+    OomRetry,
+    OutOfMemory,
+    Requeue,
+    Signal,
+    Stop,
+)
 
 WARNING_SIGNALS = ("SIGUSR1", "SIGUSR2")
 HANG_PREFIX = "hang: "
@@ -43,6 +63,8 @@ class Action(str, Enum):
     GIVE_UP = "give_up"
     ROLLBACK = "rollback"
     REPORT = "report"
+    RETRY = "retry"
+    """Redo the step at a smaller micro-batch."""
 
     def __str__(self) -> str:
         return self.value
@@ -54,6 +76,8 @@ class Decision:
     reason: str
     exclude_nodes: tuple[str, ...] = ()
     """Requeue without these nodes: they failed a health check, or the failures follow them."""
+    micro_batch: int | None = None
+    """RETRY: the micro-batch to redo the step with."""
 
 
 @dataclass(frozen=True)
@@ -202,11 +226,19 @@ def decide(code: int, signal: str | None, error: str | None, history: list[Event
             return Decision(Action.REQUEUE, f"{signal}: time-limit warning or preemption notice; saved and requeued")
         return Decision(Action.EXIT, f"{signal or 'stop request'}: Slurm requeues a requeued or preempted job "
                                      f"itself; a cancelled one stays cancelled")
+    attempts = _attempts(history)
+    newest = attempts[-1] if attempts else []
+    out_of_memory = [e.details for e in newest if isinstance(e.details, OutOfMemory)]
+    if out_of_memory:
+        return Decision(Action.GIVE_UP, out_of_memory[0].reason)
     if code == ExitCode.GAVE_UP:
         return Decision(Action.GIVE_UP, _short(error))
     streak = failure_streak(history)
     failures = len(streak)
     error = _short(error)
+    host_oom = [e for e in newest if isinstance(e.details, HostOom)]
+    if host_oom:
+        return _after_host_oom(host_oom[0], attempts, failures, max_restarts)
     diagnosis = classify(streak) or across_progress(history)
     # Only the nodes failures started on count: a peer that lost its rank fails on another node.
     if diagnosis and diagnosis.kind == "code_bug" and len(diagnosis.nodes) > 1:
@@ -222,6 +254,54 @@ def decide(code: int, signal: str | None, error: str | None, history: list[Event
                                         f"{diagnosis.reason}: requeued without it",
                         exclude_nodes=(diagnosis.node,) if diagnosis.node else ())
     return Decision(Action.REQUEUE, f"failure {failures} without progress (budget {max_restarts} restarts): {error}")
+
+
+def _after_host_oom(oom: Event[HostOom], attempts: list[list[Event[Any]]], failures: int,
+                    max_restarts: int) -> Decision:
+    """A rank killed by the OOM killer: the job's memory, so the node is never excluded. Killed
+    after the same step as in the attempt before (whatever happened in between), the step needs
+    more host memory than it gets: another start would end the same way."""
+    what = _failure_text(oom)
+    before = [e for e in attempts[-2] if isinstance(e.details, HostOom)] if len(attempts) > 1 else []
+    if oom.step is not None and any(e.step == oom.step for e in before):
+        return Decision(Action.GIVE_UP, f"{what}, after step {oom.step} on two attempts in a row: look for a leak "
+                                        f"(memory_leak findings in events.jsonl) or give the job more host memory "
+                                        f"(cluster.mem_gb); a restart will not fix it")
+    if failures > max_restarts:
+        return Decision(Action.GIVE_UP, f"{failures} consecutive failures without progress exceed the restart "
+                                        f"budget of {max_restarts}; last: {what}")
+    return Decision(Action.REQUEUE, f"failure {failures} without progress (budget {max_restarts} restarts): {what}; "
+                                    f"the node stays in service")
+
+
+def on_out_of_memory(phase: str, micro_batch: int, rows_per_rank: int, activation_checkpointing: bool) -> Decision:
+    """Every rank agreed a step ran out of device memory in `phase` (forward/backward, optimizer)
+    at `micro_batch` rows per forward, of `rows_per_rank` rows per rank and step. Redo it at the
+    largest micro-batch of at most half that divides the rank's rows (the global batch, and so
+    what the step computes, stay the same); give up where a smaller one cannot help."""
+    if phase == "optimizer":
+        return Decision(Action.GIVE_UP, "out of memory in the optimizer step: the micro-batch does not change its "
+                                        "memory (weights, gradients, AdamW state); shard over more ranks")
+    smaller = next((m for m in range(micro_batch // 2, 0, -1) if rows_per_rank % m == 0), None)
+    if smaller is None:
+        checkpointing = "" if activation_checkpointing else \
+            "turn on activation checkpointing (model.activation_checkpointing=true), "
+        return Decision(Action.GIVE_UP, f"out of memory in the {phase} at micro-batch {micro_batch}, the smallest: "
+                                        f"{checkpointing}shard over more ranks, or shorten the sequence (data.seq_len)")
+    return Decision(Action.RETRY, f"out of memory in the {phase} at micro-batch {micro_batch}: redone at "
+                                  f"{smaller} ({rows_per_rank // smaller} micro-batches per rank), the same global batch",
+                    micro_batch=smaller)
+
+
+def micro_batch_after(history: list[Event[Any]], configured: int, rows_per_rank: int) -> int:
+    """The micro-batch a start of the run trains at: the one the newest `oom_retry` lowered it to,
+    while data.micro_batch_size is still the value it was lowered from (another value is a new
+    choice); cut to a divisor of the rank's rows, which a new world size may have changed."""
+    lowered = [e.details.new_micro_batch for e in history
+               if isinstance(e.details, OomRetry) and e.details.configured_micro_batch == configured]
+    if not lowered:
+        return configured
+    return next(m for m in range(min(lowered[-1], rows_per_rank), 0, -1) if rows_per_rank % m == 0)
 
 
 def unhealthy_nodes(history: list[Event[Any]]) -> dict[str, str]:
@@ -245,9 +325,15 @@ def on_findings(kinds: Iterable[str], rollback_on: Iterable[str], rollbacks_done
 
 
 def _failure_text(e: Event[Any]) -> str:
-    if isinstance(e.details, Hang):
-        return HANG_PREFIX + e.details.reason
-    return str(e.details.error) if isinstance(e.details, Crash) else "unknown failure"
+    d = e.details
+    if isinstance(d, Hang):
+        return HANG_PREFIX + d.reason
+    if isinstance(d, HostOom):
+        who = f"rank {d.killed_rank} (pid {d.pid})" if d.killed_rank is not None else "a process of the job"
+        return f"host out of memory: {who} killed by the kernel's OOM killer"
+    if isinstance(d, OutOfMemory):
+        return f"out of device memory in the {d.phase}: {d.error}"
+    return str(d.error) if isinstance(d, Crash) else "unknown failure"
 
 
 def _short(error: str | None, limit: int = 300) -> str:

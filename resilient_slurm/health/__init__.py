@@ -13,6 +13,8 @@ Modules, in the order data flows:
     node_state    per-node cursors and Xid history on local disk
     atomic_file   atomic replace and flock for small shared files
     exclude_list  the run's exclude list on shared storage; the --exclude value
+    oom_kill      OOM-kill lines and cgroup oom_kill counters → host OOM, not a node fault [pure]
+    oom_watch     the kernel log since a start and a process's memory cgroup counters
 
     scan          one scan (cursor choice, read, judge, record) and the job-side preflight
     cli           the tools/xid_scan command line and its watchdog

@@ -13,7 +13,6 @@ from resilient_slurm.config import PLACEMENT_PREFIXES, Config
 _ABBREVIATIONS = {
     "optim.lr": "lr",
     "data.global_batch_size": "bs",
-    "data.micro_batch_size": "mbs",
     "data.seq_len": "seq",
     "train.seed": "seed",
     "train.max_steps": "steps",

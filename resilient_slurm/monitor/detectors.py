@@ -31,15 +31,20 @@ class Observation:
     gpu: dict[str, float] = field(default_factory=dict)
     """Latest NVML sample of this rank's GPU (util_pct, memory_used_frac, temperature_c,
     ecc_uncorrectable); empty without NVML."""
+    rss_mb: float | None = None
+    """This rank's resident host memory, on the steps it is sampled (monitor.rss_every_steps)."""
 
 
 @dataclass(frozen=True)
 class Finding:
     kind: str
-    """loss_nan, loss_spike, loss_plateau, grad_explosion, grad_vanishing, throughput_drop, slow_rank, data_stall"""
+    """loss_nan, loss_spike, loss_plateau, grad_explosion, grad_vanishing, throughput_drop, slow_rank,
+    data_stall, gpu_*, memory_leak"""
     step: int
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    local: bool = False
+    """Of this rank's own measurements (its GPU, its memory); the others are the same on every rank."""
 
 
 class _Window:
@@ -73,10 +78,12 @@ class Monitor:
         self.gpu_conditions: set[str] = set()
         self.slow: int | None = None
         self.slow_steps = 0
+        self.rss: deque[tuple[int, float]] = deque(maxlen=cfg.leak_window)
 
     def observe(self, o: Observation) -> list[Finding]:
         findings = [f for f in (
             self._loss(o), self._plateau(o), self._grad(o), self._throughput(o), self._slow_rank(o), self._stall(o),
+            self._leak(o),
         ) if f is not None] + self._gpu(o)
         # Anomalous values stay out of the windows, so they cannot raise the bar for the next one.
         anomalous = {f.kind for f in findings}
@@ -177,6 +184,28 @@ class Monitor:
         return Finding("data_stall", o.step, f"rank {rank} waited {o.data_wait_s[rank]:.2f}s for its batch",
                        {"rank": rank, "seconds": o.data_wait_s[rank], "threshold": c.data_stall_s})
 
+    def _leak(self, o: Observation) -> Finding | None:
+        """Resident memory rising steadily: the median of the slopes between every two samples of
+        the window (Theil-Sen), so a start-up ramp or a few jumps move it little. Reported once per
+        window: the window starts afresh after a finding."""
+        c = self.cfg
+        if o.rss_mb is None or not c.leak_mb_per_step:
+            return None
+        self.rss.append((o.step, o.rss_mb))
+        if len(self.rss) < c.leak_window:
+            return None
+        points = list(self.rss)
+        slopes = [(b[1] - a[1]) / (b[0] - a[0]) for i, a in enumerate(points) for b in points[i + 1:] if b[0] > a[0]]
+        slope = statistics.median(slopes) if slopes else 0.0  # no two steps in order: just rolled back
+        span = points[-1][0] - points[0][0]
+        if slope < c.leak_mb_per_step or slope * span < c.leak_min_growth_mb:
+            return None
+        self.rss.clear()
+        return Finding("memory_leak", o.step, f"resident memory grows {slope:.2f} MB/step over steps "
+                       f"{points[0][0]}-{points[-1][0]}: {points[0][1]:.0f} -> {points[-1][1]:.0f} MB",
+                       {"mb_per_step": slope, "growth_mb": points[-1][1] - points[0][1], "first_step": points[0][0],
+                        "last_step": points[-1][0], "rss_mb": points[-1][1], "samples": len(points),
+                        "threshold_mb_per_step": c.leak_mb_per_step}, local=True)
 
     def _gpu(self, o: Observation) -> list[Finding]:
         """GPU conditions from the latest NVML sample, reported when they begin, not every step."""
@@ -191,8 +220,8 @@ class Monitor:
         self.gpu_conditions = {k for k, on in now.items() if on}
         limits = {"gpu_underutilized": c.gpu_util_min_pct, "gpu_hot": c.gpu_temp_max_c,
                   "gpu_memory_full": c.gpu_memory_max_frac, "gpu_ecc": 0}
-        return [Finding(k, o.step, f"{k.replace('_', ' ')} at step {o.step}: {dict(g)}", {**g, "limit": limits[k]})
-                for k in started]
+        return [Finding(k, o.step, f"{k.replace('_', ' ')} at step {o.step}: {dict(g)}", {**g, "limit": limits[k]},
+                        local=True) for k in started]
 
 
 def hang_timeout_s(recent_step_s: list[float], cfg: MonitorConfig) -> float:

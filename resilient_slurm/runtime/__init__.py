@@ -6,6 +6,7 @@ Modules, from the loop outwards:
     build        what a rank builds first: the chat data, the sharded model with its initial weights
     parallel     FSDP2: the model built on the meta device, sharded, each rank filling its own rows
     step         one optimizer step over the global batch (forward, backward, reduce, clip, update)
+    oom          a CUDA OOM on any rank agreed by all (points before FSDP2's collectives), the step freed
     optim        AdamW and the warmup + cosine schedule
     evaluation   validation loss and task metrics on the held-out split
     distributed  process group, rank information and the few collectives the loop uses

@@ -73,6 +73,8 @@ class Comm:
         )
         self.mesh = init_device_mesh(self.device.type, (self.world_size,))
         """The mesh FSDP2 shards over: all ranks, on this rank's device type."""
+        self.host_group = dist.new_group(backend="gloo") if self.distributed and self.backend != "gloo" else None
+        """Host-side collectives beside NCCL (None: the default group is gloo already)."""
 
     @property
     def distributed(self) -> bool:
@@ -95,6 +97,15 @@ class Comm:
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t.tolist()
+
+    def count(self, flag: bool) -> int:
+        """How many ranks pass True. Over the host group, so it never waits for the device to drain:
+        it is called between the kernel launches of every FSDP2 unit (runtime/oom.py)."""
+        if not self.distributed:
+            return int(flag)
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.host_group)
+        return int(t.item())
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         if not self.distributed:

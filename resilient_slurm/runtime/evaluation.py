@@ -69,11 +69,13 @@ class EvalResult:
 
 
 class Evaluator:
-    def __init__(self, cfg: Config, model: nn.Module, comm: Comm, data: ChatData,
+    def __init__(self, cfg: Config, model: nn.Module, comm: Comm, data: ChatData, batch_size: int | None = None,
                  metrics: Sequence[TaskMetric] | None = None) -> None:
+        """`batch_size`: rows per forward; None: data.micro_batch_size (the run passes the one it
+        trains at, which a lack of device memory may have lowered)."""
         self.every = cfg.eval.every_steps
         self.max_steps = cfg.train.max_steps
-        self.batch = cfg.data.micro_batch_size
+        self.batch = batch_size or cfg.data.micro_batch_size
         self.show = cfg.eval.predictions
         self.model, self.comm, self.data = model, comm, data
         w, r = comm.world_size, comm.rank

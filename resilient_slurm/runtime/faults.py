@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import torch
+from torch import nn
 
 from resilient_slurm.config import FaultConfig
 
@@ -14,14 +18,25 @@ class InjectedFault(RuntimeError):
 
 
 class FaultInjector:
-    def __init__(self, cfg: FaultConfig, rank: int, hung_before: bool) -> None:
+    def __init__(self, cfg: FaultConfig, rank: int, hung_before: bool, configured_micro_batch: int) -> None:
         self.cfg = cfg
         self.active = not cfg.ranks or rank in cfg.ranks
         self.hung_before = hung_before
         """A hang is transient: once the run's ledger has one, the drill does not hang again."""
+        self.configured_micro_batch = configured_micro_batch
+        self.oom_armed = False
+        self.leaked: list[bytes] = []
 
-    def before_step(self, step: int) -> None:
-        """Called as step `step` (1-based) begins."""
+    def attach(self, model: nn.Module) -> None:
+        """`fault.oom_at_step` raises inside the middle decoder layer, after FSDP2 gathered its
+        weights, where a real activation allocation would fail."""
+        if self.active and self.cfg.oom_at_step:
+            layers = model.get_submodule("model.layers")
+            assert isinstance(layers, nn.ModuleList)
+            layers[len(layers) // 2].register_forward_pre_hook(self._out_of_memory)
+
+    def before_step(self, step: int, micro_batch: int) -> None:
+        """Called as step `step` (1-based) begins, with the micro-batch it runs at."""
         if not self.active:
             return
         if self.cfg.raise_at_step and step == self.cfg.raise_at_step:
@@ -30,9 +45,19 @@ class FaultInjector:
             time.sleep(HANG_S)
         if self.cfg.step_sleep_s:
             time.sleep(self.cfg.step_sleep_s)
+        if self.cfg.leak_mb_per_step:
+            self.leaked.append(b"\1" * int(self.cfg.leak_mb_per_step * 2**20))  # written, so resident
+        # The step fits at any smaller micro-batch: the retry, and later starts that kept it, pass.
+        self.oom_armed = step == self.cfg.oom_at_step and micro_batch == self.configured_micro_batch
 
     def poisons(self, step: int, position: int, global_batch: int) -> bool:
         """NaN loss for the batch originally scheduled for `fault.nan_at_step`: bad data, not a bad
         step number, so a rollback that skips the data also skips the fault."""
         n = self.cfg.nan_at_step
         return bool(n) and position == (n - 1) * global_batch
+
+    def _out_of_memory(self, module: nn.Module, args: Any) -> None:
+        if self.oom_armed and torch.is_grad_enabled():
+            self.oom_armed = False
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate 2.00 GiB (injected: fault.oom_at_step={self.cfg.oom_at_step})")

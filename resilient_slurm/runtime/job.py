@@ -38,17 +38,18 @@ from resilient_slurm.launch import rundir
 from resilient_slurm.ledger import EventLog, read_events, utc_now
 from resilient_slurm.monitor.detectors import Finding, Monitor, Observation
 from resilient_slurm.monitor.gpu_sampler import GpuSampler
-from resilient_slurm.recovery import Action, on_findings
+from resilient_slurm.recovery import Action, micro_batch_after, on_findings, on_out_of_memory
 from resilient_slurm.runtime import build
 from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.evaluation import Evaluator
 from resilient_slurm.runtime.faults import FaultInjector
+from resilient_slurm.runtime.oom import StepOutOfMemory, rss_bytes
 from resilient_slurm.runtime.optim import apply_hyperparameters, build_optimizer, build_scheduler
 from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
 from resilient_slurm.runtime.step import StepResult, Trainer
 from resilient_slurm.runtime.watchdog import Watchdog
 from resilient_slurm.tracking import Table, open_tracker
-from resilient_slurm.workload.batches import PackedBatchSampler
+from resilient_slurm.workload.batches import Batch, PackedBatchSampler
 from resilient_slurm.workload.model import num_parameters
 
 log = logging.getLogger("resilient_slurm")
@@ -142,25 +143,35 @@ class _Loop:
         self.identity = rundir.read_identity(run_dir)
         history = read_events(run_dir / "events.jsonl")
         self.rollbacks = len(ledger.select(history, ledger.Rollback))
-        self.faults = FaultInjector(cfg.fault, comm.rank, hung_before=bool(ledger.select(history, ledger.Hang)))
+        # A micro-batch lowered after running out of memory holds for the rest of the run.
+        self.sampler.set_micro_batch_size(micro_batch_after(history, cfg.data.micro_batch_size,
+                                                            self.sampler.rows_per_rank))
+        self.faults = FaultInjector(cfg.fault, comm.rank, hung_before=bool(ledger.select(history, ledger.Hang)),
+                                    configured_micro_batch=cfg.data.micro_batch_size)
+        self.faults.attach(self.model)
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.watchdog = Watchdog(cfg.monitor, run_dir / "logs", events, comm.rank, on_hang, ExitCode.FAILED)
         self.gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
-        self.evaluator = Evaluator(cfg, self.model, comm, self.data)
+        self.evaluator = Evaluator(cfg, self.model, comm, self.data, self.sampler.micro_batch_size)
         self.tracker = open_tracker(cfg, run_dir, comm.rank)
         self.tracked_through = -1
         self.gave_up: str | None = None
 
     def run(self) -> ExitCode:
         cfg, comm = self.cfg, self.comm
+        # Every rank's pid: a rank the kernel's OOM killer takes is named by pid in its log.
+        ranks = comm.all_gather_object((os.getpid(), os.uname().nodename))
         if comm.rank == 0:
             log.info("run directory: %s", self.run_dir)
-            log.info("model %s: %.2fM parameters (%.3gM trained), %d rank(s), global batch %d x %d tokens",
-                     cfg.model.name, num_parameters(self.model) / 1e6,
+            log.info("model %s: %.2fM parameters (%.3gM trained), %d rank(s), global batch %d x %d tokens, "
+                     "micro-batch %d%s", cfg.model.name, num_parameters(self.model) / 1e6,
                      sum(p.numel() for p in self.model.parameters() if p.requires_grad) / 1e6, comm.world_size,
-                     cfg.data.global_batch_size, cfg.data.seq_len)
+                     cfg.data.global_batch_size, cfg.data.seq_len, self.sampler.micro_batch_size,
+                     "" if self.sampler.micro_batch_size == cfg.data.micro_batch_size else
+                     f" (data.micro_batch_size={cfg.data.micro_batch_size} ran out of memory earlier in the run)")
             self.events.emit(ledger.Start(world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
-                                          process_started=record.process_started()), 0)
+                                          process_started=record.process_started(), pids=[p for p, _ in ranks],
+                                          hosts=[h for _, h in ranks]), 0)
             stats = self.data.stats
             self.events.emit(ledger.DataReady(
                 digest=self.data.fingerprint.digest, files=len(self.data.fingerprint.files), rows=self.data.train.num_rows,
@@ -199,10 +210,12 @@ class _Loop:
         position = self.sampler.state.samples_consumed
         batch = self.sampler.next_batch()
         wait = time.perf_counter() - start
-        self.faults.before_step(step)
+        self.faults.before_step(step, self.sampler.micro_batch_size)
         poison = self.faults.poisons(step, position, cfg.data.global_batch_size)
         before_train = time.perf_counter()
-        result = self.trainer.step(batch, poison=poison)
+        result = self._train(step, position, batch, poison)
+        if result is None:
+            return ExitCode.GAVE_UP
         step_s = time.perf_counter() - start
         # One small all-reduce per step: the stop flag, rank 0's time-policy verdict, and every
         # rank's compute and data-wait times (a sum of one-hot vectors is an all-gather).
@@ -215,9 +228,10 @@ class _Loop:
         self.watchdog.beat(step, step_s)
         self._commit()  # a background save may have committed since the last step
         if self.monitor:
+            every = cfg.monitor.rss_every_steps
             obs = Observation(step, result.loss, result.grad_norm, result.tokens / step_s,
                               cfg.data.global_batch_size / step_s, tuple(synced[2:2 + w]), tuple(synced[2 + w:]),
-                              dict(self.gpu.latest))
+                              dict(self.gpu.latest), rss_bytes() / 2**20 if every and step % every == 0 else None)
             code = self._judge(self.monitor.observe(obs))
             if code is not None or self.progress.step < step:  # stopped, or rolled back
                 return code
@@ -229,6 +243,41 @@ class _Loop:
             self._commit()
         return None
 
+    def _train(self, step: int, position: int, batch: list[Batch], poison: bool) -> StepResult | None:
+        """The step; redone from the same rows at a smaller micro-batch while it runs out of device
+        memory and a smaller one can help. None: it cannot, and the run gives up."""
+        while True:
+            try:
+                return self.trainer.step(batch, poison=poison)
+            except StepOutOfMemory as oom:
+                if not self._out_of_memory(step, oom):
+                    return None
+            batch = self.sampler.batch_at(position)
+
+    def _out_of_memory(self, step: int, oom: StepOutOfMemory) -> bool:
+        """Every rank agreed the step ran out of memory: lower the micro-batch (True), or give up."""
+        cfg, s = self.cfg, self.sampler
+        old = s.micro_batch_size
+        decision = on_out_of_memory(oom.phase, old, s.rows_per_rank, cfg.model.activation_checkpointing)
+        error = oom.errors[0] if oom.errors else ""
+        if decision.action is Action.RETRY and decision.micro_batch is not None:
+            s.set_micro_batch_size(decision.micro_batch)
+            self.evaluator = Evaluator(cfg, self.model, self.comm, self.data, s.micro_batch_size)
+            if self.comm.rank == 0:
+                self.events.emit(ledger.OomRetry(
+                    ranks=oom.ranks, error=error, old_micro_batch=old, new_micro_batch=s.micro_batch_size,
+                    configured_micro_batch=cfg.data.micro_batch_size, accumulation=s.accumulation, memory=oom.memory,
+                ), step)
+                log.warning("step %d: %s", step, decision.reason)
+            return True
+        self.gave_up = decision.reason
+        if self.comm.rank == 0:
+            self.events.emit(ledger.OutOfMemory(phase=oom.phase, ranks=oom.ranks, error=error, micro_batch=old,
+                                                memory=oom.memory, reason=decision.reason), step)
+            self.events.emit(ledger.GaveUp(reason=decision.reason), step)
+            log.error("giving up at step %d: %s (%s)", step, decision.reason, error)
+        return False
+
     def _judge(self, findings: list[Finding]) -> ExitCode | None:
         """Record each finding; roll back, stop, or carry on. Only global signals (loss, gradient
         norm) may act, so every rank reaches the same decision without talking."""
@@ -238,8 +287,8 @@ class _Loop:
         decision = on_findings((f.kind for f in findings), self.cfg.monitor.rollback_on, self.rollbacks,
                                self.cfg.monitor.max_rollbacks)
         for f in findings:
-            # GPU findings are this rank's own; the rest are the same on every rank: rank 0 records them.
-            if self.comm.rank == 0 or f.kind.startswith("gpu_"):
+            # A rank's own measurements (GPU, memory) each rank records; the rest, the same everywhere, rank 0.
+            if self.comm.rank == 0 or f.local:
                 acts = f.kind in self.cfg.monitor.rollback_on
                 self.events.emit(ledger.Anomaly(kind=f.kind, message=f.message, evidence=f.evidence,
                                                 action=decision.action if acts else Action.REPORT), step)
@@ -421,7 +470,8 @@ class _Loop:
             "step": p.step, "epoch": self.sampler.epoch, "samples_consumed": self.sampler.state.samples_consumed,
             "tokens_seen": p.tokens_seen, "train_seconds": p.train_seconds, "reason": reason,
             "saved_at": utc_now(), "world_size": self.comm.world_size,
-            "global_batch_size": self.cfg.data.global_batch_size, **self.identity,
+            "global_batch_size": self.cfg.data.global_batch_size, "micro_batch_size": self.sampler.micro_batch_size,
+            **self.identity,
         }
         lora = build.lora_record(self.cfg)
         if lora is not None:

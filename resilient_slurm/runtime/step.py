@@ -18,6 +18,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from resilient_slurm.runtime.distributed import Comm
+from resilient_slurm.runtime.oom import OomGuard, PeerOutOfMemory, describe, inside_fsdp
 from resilient_slurm.workload.batches import Batch
 from resilient_slurm.workload.model import IGNORE_INDEX, token_loss_sum
 
@@ -52,34 +53,65 @@ class Trainer:
         self.comm = comm
         self.grad_clip = grad_clip
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.guard = OomGuard(model, comm)
 
     def step(self, micro_batches: list[Batch], poison: bool = False) -> StepResult:
-        """One optimizer step. `poison` (fault injection) makes the loss NaN, like a bad batch does."""
+        """One optimizer step. `poison` (fault injection) makes the loss NaN, like a bad batch does.
+
+        When any rank runs out of memory, every rank raises StepOutOfMemory (runtime/oom.py) with the
+        step's memory freed: in the forward/backward nothing was updated, so the step can be redone,
+        from a clean state; in the optimizer step the update may be half applied, and it cannot.
+        """
         start = time.perf_counter()
         local_targets = float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro_batches))
         local_inputs = float(sum(b.input_ids.numel() for b in micro_batches))
         global_tokens, global_inputs = self.comm.sum_floats([local_targets, local_inputs])
         compute_start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros((), dtype=torch.float64)
         self.model.train()
-        for batch in micro_batches:
-            b = batch.to(self.comm.device)
-            micro_loss = token_loss_sum(self.model(b.input_ids, b.position_ids, b.document_ids), b.labels)
-            if poison:
-                micro_loss = micro_loss * float("nan")
-            (micro_loss / max(global_tokens, 1.0)).backward()
-            loss_sum += micro_loss.detach().double().cpu()
+        error: str | None = None
+        peer = False
+        try:
+            loss_sum = self._forward_backward(micro_batches, max(global_tokens, 1.0), poison)
+            self.guard.agree()  # nobody ran out in the last backward's tail either: on to clipping
+        except torch.OutOfMemoryError as e:
+            if inside_fsdp(e):
+                raise
+            error = describe(e)
+        except PeerOutOfMemory:
+            peer = True
+        if error is not None or peer:
+            # Out of the handler: the error's traceback, and the activations its frames hold, are gone.
+            raise self.guard.abandon("forward/backward", error, agreed=False)
         compute_s = time.perf_counter() - compute_start
         max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
         grad_norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
         lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
+        try:
+            self.optimizer.step()
+        except torch.OutOfMemoryError as e:
+            error = describe(e)
+        # The loss's all-reduce also counts the ranks whose update ran out: no collective more.
+        total_loss, ran_out = self.comm.sum_floats([float(loss_sum), 0.0 if error is None else 1.0])
+        if ran_out:
+            raise self.guard.abandon("optimizer", error, agreed=True)
         self.scheduler.step()
-        (total_loss,) = self.comm.sum_floats([float(loss_sum)])
         return StepResult(
             loss=total_loss / max(global_tokens, 1.0), grad_norm=grad_norm, lr=lr,
             tokens=int(global_inputs), target_tokens=int(global_tokens), seconds=time.perf_counter() - start,
             compute_s=compute_s,
         )
+
+    def _forward_backward(self, micro_batches: list[Batch], global_tokens: float, poison: bool) -> torch.Tensor:
+        """Each micro-batch's forward and backward; the summed loss. Its own frame, so that an error
+        takes the micro-batch's activations with it."""
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        for batch in micro_batches:
+            b = batch.to(self.comm.device)
+            micro_loss = token_loss_sum(self.model(b.input_ids, b.position_ids, b.document_ids), b.labels)
+            if poison:
+                micro_loss = micro_loss * float("nan")
+            (micro_loss / global_tokens).backward()
+            loss_sum += micro_loss.detach().double().cpu()
+        return loss_sum

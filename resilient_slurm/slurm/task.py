@@ -10,6 +10,12 @@ on every rank at the same step, and must save on SIGTERM too (`scontrol requeue`
 without a user signal). So our handlers go in first and only record the request; submitit's
 timeout countdown is unused (max_num_timeout=0) and our restart budget, kept in the run's
 ledger, decides about requeues.
+
+A rank the kernel's OOM killer takes leaves no trace of its own: a surviving task on its host finds
+the kernel-log line naming its pid (every rank's pid is in the attempt's `start` event), or its
+memory cgroup's oom_kill counter risen, and records `host_oom` before the decision, so the node is
+not blamed. A survivor on another host cannot see that log; if it decides first, this decision
+misses the host OOM (the next one still reads it).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.runtime.signals import install_stop_handlers
 
 if TYPE_CHECKING:
+    from resilient_slurm.health.oom_watch import OomWatch
     from resilient_slurm.ledger import EventLog
     from resilient_slurm.recovery import Decision
 
@@ -42,6 +49,7 @@ class SlurmTask:
         # First, before the slow imports: a preemption notice may come at any moment.
         stop = install_stop_handlers()
         from resilient_slurm import recovery
+        from resilient_slurm.health.oom_watch import OomWatch, memory_cgroup_dirs
         from resilient_slurm.launch import rundir
         from resilient_slurm.ledger import Attempt, EventLog, read_events
         from resilient_slurm.ledger import GaveUp as GaveUpEvent
@@ -64,10 +72,14 @@ class SlurmTask:
         os.environ["LOCAL_WORLD_SIZE"] = str(env.local_ntasks)
         info = RankInfo(env.procid, env.ntasks, env.localid, node_address(env.nodes[0]),
                         master_port(env.job_id, env.step_id))
+        kernel_log = cfg.health.kernel_log.replace("%n", env.nodename) if cfg.health.kernel_log else None
+        oom_watch = OomWatch(memory_cgroup_dirs(), kernel_log)  # only kills from now on count
 
         def conclude(code: int, step: int | None, signal: str | None, error: str | None) -> recovery.Decision:
             """Decide from the ledger and act: one task requeues (a second `scontrol requeue` would
             restart the job twice) and records why."""
+            if code == ExitCode.FAILED:
+                _record_host_oom(run_dir, env.attempt, oom_watch, step, events)
             history = read_events(run_dir / "events.jsonl")
             decision = recovery.decide(code, signal, error, history, cfg.cluster.max_restarts)
             acts = decision.action in (recovery.Action.REQUEUE, recovery.Action.GIVE_UP)
@@ -132,12 +144,31 @@ def _requeue(job_id: str, decision: Decision, step: int | None, exclude_file: st
                         exclude_error=set_error), step)
 
 
-def _claim(run_dir: Path, attempt: tuple[str, int, int]) -> bool:
-    """True for the one task of this start that acts on the decision."""
+def _record_host_oom(run_dir: Path, attempt: tuple[str, int, int], watch: OomWatch, step: int | None,
+                     events: EventLog) -> None:
+    """Record the rank of this attempt that the OOM killer took, if this task can tell (one task)."""
+    from resilient_slurm.health.oom_kill import judge_failed_attempt
+    from resilient_slurm.ledger import HostOom, Start, read_events
+    from resilient_slurm.recovery import attempt_key
+
+    starts = [e.details for e in read_events(run_dir / "events.jsonl")
+              if isinstance(e.details, Start) and attempt_key(e) == attempt]
+    pids, hosts = (starts[-1].pids or [], starts[-1].hosts or []) if starts else ([], [])
+    here = os.uname().nodename  # the kernel whose log this task reads
+    mine = {rank: pid for rank, (pid, host) in enumerate(zip(pids, hosts)) if host == here and pid != os.getpid()}
+    found = judge_failed_attempt(mine, watch.kills(), watch.before, watch.counters())
+    if found and _claim(run_dir, attempt, "host_oom"):
+        rank, verdict = found
+        events.emit(HostOom(killed_rank=rank, pid=verdict.pid, source=verdict.source, evidence=verdict.evidence), step)
+
+
+def _claim(run_dir: Path, attempt: tuple[str, int, int], what: str = "") -> bool:
+    """True for the one task of this start that acts on the decision (or records `what`)."""
     marks = run_dir / "slurm" / "decisions"
     marks.mkdir(parents=True, exist_ok=True)
+    name = ".".join(map(str, attempt)) + (f".{what}" if what else "")
     try:
-        os.close(os.open(marks / ".".join(map(str, attempt)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(marks / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         return True
     except FileExistsError:
         return False

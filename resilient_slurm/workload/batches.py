@@ -94,33 +94,51 @@ class SamplerState:
 
 
 class PackedBatchSampler:
-    """Hands each rank its micro-batches of the next global batch of rows; the position is exact."""
+    """Hands each rank its micro-batches of the next global batch of rows; the position is exact.
+
+    The micro-batch may shrink during a run (a step that ran out of device memory is redone at a
+    smaller one, `batch_at` the same position); the global batch, and so each step, stays the same.
+    """
 
     def __init__(self, rows: PackedRows, cfg: DataConfig, seed: int, rank: int, world_size: int) -> None:
-        if cfg.global_batch_size % (cfg.micro_batch_size * world_size):
-            raise ValueError(
-                f"data.global_batch_size={cfg.global_batch_size} is not a multiple of "
-                f"micro_batch_size*world_size={cfg.micro_batch_size * world_size}"
-            )
         self.rows = rows
         self.cfg = cfg
         self.rank = rank
         self.world_size = world_size
-        self.accumulation = cfg.global_batch_size // (cfg.micro_batch_size * world_size)
         self.stream = SampleStream(rows.num_rows, seed)
         self.state = SamplerState()
+        self.micro_batch_size = cfg.micro_batch_size
+        self.accumulation = 0
+        self.set_micro_batch_size(cfg.micro_batch_size)
 
     @property
     def epoch(self) -> int:
         return self.state.samples_consumed // self.rows.num_rows
 
+    @property
+    def rows_per_rank(self) -> int:
+        return self.cfg.global_batch_size // self.world_size
+
+    def set_micro_batch_size(self, micro: int) -> None:
+        if self.cfg.global_batch_size % (micro * self.world_size):
+            raise ValueError(
+                f"data.global_batch_size={self.cfg.global_batch_size} is not a multiple of "
+                f"micro_batch_size*world_size={micro * self.world_size}"
+            )
+        self.micro_batch_size = micro
+        self.accumulation = self.cfg.global_batch_size // (micro * self.world_size)
+
     def rank_indices(self, global_indices: list[int]) -> list[list[int]]:
-        return rank_micro_batches(global_indices, self.cfg.micro_batch_size, self.world_size, self.rank,
+        return rank_micro_batches(global_indices, self.micro_batch_size, self.world_size, self.rank,
                                   self.accumulation)
+
+    def batch_at(self, position: int) -> list[Batch]:
+        """This rank's micro-batches of the global batch at stream `position`."""
+        global_indices = self.stream.indices(position, self.cfg.global_batch_size)
+        return [self.rows.batch(micro) for micro in self.rank_indices(global_indices)]
 
     def next_batch(self) -> list[Batch]:
         """This rank's micro-batches of the next global batch, and advance the position."""
-        g = self.cfg.global_batch_size
-        global_indices = self.stream.indices(self.state.samples_consumed, g)
-        self.state.samples_consumed += g
-        return [self.rows.batch(micro) for micro in self.rank_indices(global_indices)]
+        batch = self.batch_at(self.state.samples_consumed)
+        self.state.samples_consumed += self.cfg.global_batch_size
+        return batch
