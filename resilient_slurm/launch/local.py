@@ -57,9 +57,13 @@ def run_local(cfg: Config, run_dir: Path) -> int:
 
 
 def combine_exit_codes(codes: list[int]) -> int:
-    """One status for the run: any crash wins, then a stop-to-resume, else done. Pure."""
+    """One status for the run: any crash wins, then a stop-to-resume, else done; every rank
+    refusing its config, or giving up together, says so. Pure."""
     if any(c not in (ExitCode.DONE, ExitCode.RESUME) for c in codes):
-        return ExitCode.CONFIG if all(c == ExitCode.CONFIG for c in codes) else ExitCode.FAILED
+        for agreed in (ExitCode.CONFIG, ExitCode.GAVE_UP):
+            if all(c == agreed for c in codes):
+                return agreed
+        return ExitCode.FAILED
     return ExitCode.RESUME if ExitCode.RESUME in codes else ExitCode.DONE
 
 

@@ -8,11 +8,13 @@ from resilient_slurm.recovery import (
     classify,
     decide,
     failures_without_progress,
+    micro_batch_after,
     on_findings,
+    on_out_of_memory,
     restart_cause,
 )
 
-EXIT, FINISH, GIVE_UP, REQUEUE = Action.EXIT, Action.FINISH, Action.GIVE_UP, Action.REQUEUE
+EXIT, FINISH, GIVE_UP, REQUEUE, RETRY = Action.EXIT, Action.FINISH, Action.GIVE_UP, Action.REQUEUE, Action.RETRY
 
 
 def ev(event, restart, step=None, job="7", **extra):
@@ -242,3 +244,80 @@ def test_decide_stops_a_code_bug_at_its_second_strike_despite_a_checkpoint_in_be
     saved = trained(0, "n4", error=BUG) + [ev("start", 1, 0), ev("save", 1, 406, reason="periodic"),
                                             ev("crash", 1, 412, error=BUG, node="n6")]
     assert decide(1, None, BUG, saved, max_restarts=3).action == GIVE_UP
+
+
+@pytest.mark.parametrize(
+    "phase, micro, rows, checkpointing, action, new, reason_part",
+    [
+        ("forward/backward", 4, 8, False, RETRY, 2, "redone at 2 (4 micro-batches per rank)"),
+        ("forward/backward", 2, 8, False, RETRY, 1, "the same global batch"),
+        ("forward/backward", 3, 6, False, RETRY, 1, "redone at 1"),  # 1.5 rows is no micro-batch
+        ("forward/backward", 6, 12, False, RETRY, 3, "redone at 3"),
+        ("forward/backward", 5, 10, False, RETRY, 2, "redone at 2"),  # the largest divisor of 10 up to 2.5
+        ("forward/backward", 1, 8, False, GIVE_UP, None, "turn on activation checkpointing "
+                                                         "(model.activation_checkpointing=true), shard over more ranks, "
+                                                         "or shorten the sequence (data.seq_len)"),
+        ("forward/backward", 1, 8, True, GIVE_UP, None, "the smallest: shard over more ranks"),
+        ("optimizer", 4, 8, False, GIVE_UP, None, "the micro-batch does not change its memory"),
+    ],
+)
+def test_on_out_of_memory(phase, micro, rows, checkpointing, action, new, reason_part):
+    d = on_out_of_memory(phase, micro, rows, checkpointing)
+    assert (d.action, d.micro_batch) == (action, new) and reason_part in d.reason, d
+
+
+def oom_retry(restart, old, new, configured):
+    return ev("oom_retry", restart, 5, ranks=[1], error="CUDA out of memory", old_micro_batch=old,
+              new_micro_batch=new, configured_micro_batch=configured, accumulation=2, memory=[])
+
+
+@pytest.mark.parametrize(
+    "history, configured, rows, expected",
+    [
+        ([], 4, 8, 4),
+        ([oom_retry(0, 4, 2, 4)], 4, 8, 2),
+        ([oom_retry(0, 4, 2, 4), oom_retry(0, 2, 1, 4)], 4, 8, 1),  # the newest
+        ([oom_retry(0, 4, 2, 4)], 8, 8, 8),  # data.micro_batch_size changed since: the user's new choice
+        ([oom_retry(0, 4, 2, 4)], 4, 1, 1),  # more ranks now: one row per rank
+        ([oom_retry(0, 6, 3, 6)], 6, 2, 2),  # cut to a divisor of the rank's rows
+    ],
+)
+def test_micro_batch_after(history, configured, rows, expected):
+    assert micro_batch_after(history, configured, rows) == expected
+
+
+def test_decide_gives_up_at_once_on_an_out_of_memory_a_smaller_micro_batch_cannot_fix():
+    reason = "out of memory in the forward/backward at micro-batch 1, the smallest: shard over more ranks"
+    h = attempt(0, saves=[5]) + [ev("out_of_memory", 0, 7, phase="forward/backward", ranks=[1], error="CUDA out",
+                                    micro_batch=1, memory=[], reason=reason)]
+    # whatever the task's own status (a peer's "connection closed" crash included), with budget to spare
+    for code in (70, 1):
+        d = decide(code, None, "RuntimeError: Connection closed by peer", h, max_restarts=5)
+        assert (d.action, d.reason, d.exclude_nodes) == (GIVE_UP, reason, ())
+
+
+def host_oom_attempt(restart, step, node="n2", saves=()):
+    """An attempt whose rank 1 on `node` the OOM killer took after `step`; its peer on n1 lost it."""
+    return [ev("start", restart, 0), *[ev("save", restart, s, reason="periodic") for s in saves],
+            ev("crash", restart, step, error=PEER, node="n1"),
+            # recorded by a survivor on the victim's node: the one that can read its kernel log
+            ev("host_oom", restart, step, killed_rank=1, pid=4242, source="kernel_log", node=node,
+               evidence="Memory cgroup out of memory: Killed process 4242 (python)")]
+
+
+@pytest.mark.parametrize(
+    "history, budget, action, reason_part",
+    [
+        (host_oom_attempt(0, 40), 3, REQUEUE, "failure 1 without progress (budget 3 restarts): host out of memory: "
+                                              "rank 1 (pid 4242) killed by the kernel's OOM killer; the node stays"),
+        # the same step twice, even with a checkpoint in between: give up, with what to look at
+        (host_oom_attempt(0, 40, saves=[30]) + host_oom_attempt(1, 40), 3, GIVE_UP,
+         "after step 40 on two attempts in a row: look for a leak (memory_leak findings"),
+        # other steps on the same node (a leak that grows from each start): not the node's fault
+        (host_oom_attempt(0, 40) + host_oom_attempt(1, 25), 3, REQUEUE, "failure 2 without progress"),
+        (host_oom_attempt(0, 40) + host_oom_attempt(1, 25), 1, GIVE_UP, "exceed the restart budget of 1"),
+    ],
+)
+def test_decide_never_excludes_the_node_of_a_host_oom(history, budget, action, reason_part):
+    d = decide(1, None, PEER, history, budget)
+    assert (d.action, d.exclude_nodes) == (action, ()) and reason_part in d.reason, d

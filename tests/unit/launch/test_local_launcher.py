@@ -14,6 +14,8 @@ from resilient_slurm.launch.local import combine_exit_codes
         ([-9, 0], ExitCode.FAILED),
         ([2, 2], ExitCode.CONFIG),
         ([2, -9], ExitCode.FAILED),
+        ([70, 70], ExitCode.GAVE_UP),  # every rank gave up together (the monitor, an OOM at micro-batch 1)
+        ([70, 1], ExitCode.FAILED),
     ],
 )
 def test_one_status_for_the_run(codes, combined):

@@ -24,6 +24,7 @@ def cfg(tmp_path, **optim):
         (["optim.lr=1e-4"], "lr1e-4"),
         (["optim.lr=1e-4", "data.global_batch_size=32"], "lr1e-4-bs32"),
         (["data.seq_len=4096", "run.root=/x", "cluster.ranks=2", "checkpoint.every_steps=5"], "seq4096"),
+        (["data.micro_batch_size=1", "data.global_batch_size=32"], "bs32"),  # how rows are cut is placement
         (["model=llama3_8b"], "base"),
         (["optim.beta2=0.99"], "beta20.99"),
         (["optim.lr=0.0001"], "lr1e-4"),
@@ -68,6 +69,7 @@ def test_relaunch_may_change_placement_keys(tmp_path):
     moved.run.name = "r"
     moved.cluster.ranks = 2
     moved.checkpoint.every_steps = 7
+    moved.data.micro_batch_size = 1  # the same global batch in smaller pieces (an OOM's remedy)
     _, resumed = rundir.prepare(moved, [])
     assert resumed and rundir.load_config(path).cluster.ranks == 2
     assert rundir.config_hash(first) == rundir.config_hash(moved)

@@ -1,5 +1,6 @@
 """Table-driven tests of every detector: a history, one new observation, the findings expected."""
 
+import dataclasses
 import math
 
 import pytest
@@ -124,3 +125,40 @@ def test_slow_rank_is_reported_when_it_starts_not_every_step(history):
 def test_millisecond_jitter_is_not_a_slow_rank():
     m = Monitor(CFG)
     assert [f.kind for i in range(1, 6) for f in m.observe(obs(i, ranks=(0.003, 0.009)))] == []
+
+
+LEAK = MonitorConfig(window=20, min_history=10, plateau_steps=0, leak_window=10, leak_mb_per_step=1.0,
+                     leak_min_growth_mb=50.0)
+
+
+def leak_findings(rss_by_step):
+    m = Monitor(LEAK)
+    return [f for step, rss in rss_by_step for f in m.observe(dataclasses.replace(obs(step), rss_mb=rss))]
+
+
+@pytest.mark.parametrize("rss, found", [
+    ([(s, 500 + 2.0 * s) for s in range(10, 110, 10)], 1),  # 2 MB/step, 180 MB over the window
+    ([(s, 500 + 2.0 * s + (40 if s % 20 else 0)) for s in range(10, 110, 10)], 1),  # noisy, still rising
+    ([(s, 500 + 0.5 * s) for s in range(10, 110, 10)], 0),  # slower than the threshold
+    ([(s, 500 + 2.0 * s) for s in range(1, 11)], 0),  # fast, but 18 MB in all: under the minimum growth
+    # start-up: a steep ramp, then flat; and a plateau broken by a few jumps (allocator arenas)
+    ([(10, 300), (20, 400), (30, 500)] + [(s, 520) for s in range(40, 110, 10)], 0),
+    ([(s, 500 + (300 if s in (50, 80) else 0)) for s in range(10, 110, 10)], 0),
+    ([(s, 500.0) for s in range(10, 100, 10)], 0),  # not a full window yet
+])
+def test_a_leak_is_resident_memory_rising_steadily_over_the_window(rss, found):
+    assert len(leak_findings(rss)) == found
+
+
+def test_a_leak_is_reported_with_its_slope_once_per_window_and_as_the_ranks_own():
+    rising = [(s, 500 + 2.0 * s) for s in range(10, 310, 10)]
+    findings = leak_findings(rising)
+    assert [f.step for f in findings] == [100, 200, 300]
+    f = findings[0]
+    assert f.kind == "memory_leak" and f.local
+    assert math.isclose(f.evidence["mb_per_step"], 2.0) and math.isclose(f.evidence["growth_mb"], 180.0)
+    assert (f.evidence["first_step"], f.evidence["last_step"], f.evidence["samples"]) == (10, 100, 10)
+    assert "2.00 MB/step over steps 10-100: 520 -> 700 MB" in f.message
+    # steps that did not read memory (rss_mb None) leave the window alone
+    m = Monitor(LEAK)
+    assert [f for s in range(1, 101) for f in m.observe(obs(s))] == []

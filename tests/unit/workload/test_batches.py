@@ -47,6 +47,19 @@ def test_a_resume_continues_at_the_exact_row_at_any_world_size():
         assert all(torch.equal(a, b) for a, b in zip(straight[3:], resumed))
 
 
+def test_a_step_redone_at_a_smaller_micro_batch_gets_the_same_rows_and_moves_on_once():
+    samplers = [PackedBatchSampler(rows(), CFG, seed=3, rank=r, world_size=2) for r in range(2)]
+    first = [s.next_batch() for s in samplers]  # micro-batch 2: two per rank
+    for s in samplers:
+        s.set_micro_batch_size(1)
+    again = [s.batch_at(0) for s in samplers]  # the same global batch, cut in rows of 1
+    assert [s.accumulation for s in samplers] == [4, 4] and all(len(b) == 4 for b in again)
+    rows_of = lambda per_rank: sorted(t for b in per_rank for m in b for t in m.input_ids[:, 0].tolist())  # noqa: E731
+    assert rows_of(again) == rows_of(first) and len(rows_of(first)) == CFG.global_batch_size
+    assert all(s.state.samples_consumed == CFG.global_batch_size for s in samplers)  # not moved twice
+    assert rows_of([s.next_batch() for s in samplers]) == rows_of([s.batch_at(8) for s in samplers])
+
+
 def test_a_global_batch_that_does_not_divide_is_refused():
     with pytest.raises(ValueError, match="global_batch_size"):
         PackedBatchSampler(rows(), CFG, seed=3, rank=0, world_size=3)
