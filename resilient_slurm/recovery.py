@@ -288,8 +288,8 @@ def on_out_of_memory(phase: str, micro_batch: int, rows_per_rank: int, activatio
             "turn on activation checkpointing (model.activation_checkpointing=true), "
         return Decision(Action.GIVE_UP, f"out of memory in the {phase} at micro-batch {micro_batch}, the smallest: "
                                         f"{checkpointing}shard over more ranks, or shorten the sequence (data.seq_len)")
-    return Decision(Action.RETRY, f"out of memory in the {phase} at micro-batch {micro_batch}: redone at "
-                                  f"{smaller} ({rows_per_rank // smaller} micro-batches per rank), the same global batch",
+    return Decision(Action.RETRY, f"out of memory in the {phase} at micro-batch {micro_batch}: redone at {smaller} "
+                                  f"({rows_per_rank // smaller} micro-batches per rank), the same global batch",
                     micro_batch=smaller)
 
 

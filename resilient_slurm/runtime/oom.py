@@ -12,11 +12,17 @@ there. Agreement points (`OomGuard`), per FSDP2 unit:
   and prefetches the next unit) and before it leaves through its inputs (its post-backward
   reduce-scatters the gradients);
 - at the end of the backward, before the root unit's final callback (the root's reduce-scatter);
-and `Trainer.step` adds one after the last micro-batch, before clipping.
+and `Trainer.step` adds one after the last micro-batch, before clipping; an error in the optimizer
+step is counted in the step's last all-reduce (the loss's). Cost: one all-reduce of one integer per
+point, three per unit and micro-batch (bench/oom_guard.py).
 
-An error raised inside FSDP2's own hooks (its communication buffers) may leave a collective issued
-on some ranks and not on others: no count can be matched safely there, so it is re-raised as an
-ordinary crash (`inside_fsdp`). Without a process group of several ranks no hooks are installed.
+Not agreed, so ordinary crashes as before: an error inside FSDP2's own hooks (its communication
+buffers), which may leave a collective issued on some ranks and not on others, so that no count can
+be matched safely (`inside_fsdp`); and one inside gradient clipping, whose collective is torch's.
+Without a process group of several ranks no hooks are installed.
+
+After the step is abandoned, FSDP2's `reset_iter_state` puts its units back to sharded and idle;
+the gradients it leaves behind are dropped here (see `abandon`).
 
 Alternatives rejected: agreeing only after the step (the ranks never get there: the healthy ones
 wait in a collective the failed one will not join); aborting the communicator and building a new
