@@ -70,6 +70,7 @@ class Watchdog:
                 dump = self._dump(f"a peer rank found the run hung; this rank waited {waited:.0f}s since step {self.step}")
                 self.events.emit(StacksDumped(reason="a peer rank found the run hung", waited_s=round(waited, 1),
                                               stacks=str(dump)), self.step)
+                self._native(dump)
 
     def _dump_path(self) -> Path:
         return self.logs / f"hang-rank{self.rank}-step{self.step}.txt"
@@ -83,6 +84,11 @@ class Watchdog:
             f.write(f"rank {self.rank}: {headline}\n\n")
             f.flush()
             faulthandler.dump_traceback(file=f, all_threads=True)
+        return dump
+
+    def _native(self, dump: Path) -> None:
+        """Native frames too when py-spy is installed. After the Python stacks are on record: it can
+        take seconds, and the process may be killed meanwhile (the rank that fired exits at once)."""
         py_spy = shutil.which("py-spy")
         if py_spy:
             try:
@@ -92,16 +98,16 @@ class Watchdog:
                     f.write("\n--- py-spy dump --native ---\n" + native.stdout + native.stderr)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-        return dump
 
     def _fire(self, waited: float, limit: float) -> None:
         step = self.step
         reason = f"no step completed for {waited:.0f}s (limit {limit:.0f}s) after step {step}"
         dump = self._dump(reason)
         (self.logs / HANG_MARKER).touch()
-        time.sleep(PEER_DUMP_GRACE_S)
         self.events.emit(Hang(reason=reason, waited_s=round(waited, 1), limit_s=round(limit, 1), stacks=str(dump)),
                          step)
+        self._native(dump)
+        time.sleep(PEER_DUMP_GRACE_S)
         try:
             self.on_hang(step, reason)
         finally:
