@@ -403,7 +403,9 @@ class Requeue(Details):
 
 @dataclass(frozen=True, kw_only=True)
 class RestartInAllocation(Details):
-    """The job restarted training inside its allocation (a new job step), without the queue."""
+    """The job restarted training inside its allocation (a new job step), without the queue. The
+    driver writes it once the new start took its first step (or ended without one), under the
+    failed start's attempt key."""
 
     KIND = Kind.RESTART_IN_ALLOCATION
     cause: str
@@ -415,7 +417,16 @@ class RestartInAllocation(Details):
     added: list[str]
     """Spare nodes brought in."""
     latency_s: float | None = None
-    """Seconds from the failure to the new start's first step."""
+    """Seconds from the failure to the new start's first step (None: it never took one)."""
+    move: str | None = None
+    """spare (a spare replaced a failed node), in place (no node was at fault), shrink (fewer
+    nodes than cluster.nodes)."""
+    nodes: list[str] | None = None
+    """The nodes the new start runs on."""
+    failed_at: str | None = None
+    """UTC time the driver learned of the failure (srun's first report, or the step's end)."""
+    process_s: float | None = None
+    """Seconds from the failure to the new start's first process."""
 
 
 @dataclass(frozen=True, kw_only=True)
