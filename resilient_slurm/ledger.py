@@ -38,6 +38,7 @@ class Kind(str, Enum):
     EMERGENCY_PLAN = "emergency_plan"
     RETENTION = "retention"
     RETENTION_FAILED = "retention_failed"
+    BUDDY_COPY = "buddy_copy"
     COLD_COPY = "cold_copy"
     COLD_COPY_FAILED = "cold_copy_failed"
     COLD_COPY_CANCELLED = "cold_copy_cancelled"
@@ -235,6 +236,18 @@ class Retention(Details):
 class RetentionFailed(Details):
     KIND = Kind.RETENTION_FAILED
     error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuddyCopy(Details):
+    """A node-local hot tier: every node's files of a committed checkpoint copied to its buddy node."""
+
+    KIND = Kind.BUDDY_COPY
+    bytes: int
+    seconds: float
+    ok: bool
+    problems: list[str]
+    """Files that did not arrive whole (the checkpoint then survives only on its own nodes)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -189,7 +189,8 @@ class SlurmDriver:
         end = judge(ours, origin, launched=step.step_id is not None)
         last_step = max([e.step for e in ours if isinstance(e.step, int)], default=None)
         for lost in end.lost:
-            self._log(step.step_id, lost.rank, lost.node).emit(Crash(error=lost.error, traceback=""), last_step)
+            rank = -1 if lost.rank is None else lost.rank
+            self._log(step.step_id, rank, lost.node).emit(Crash(error=lost.error, traceback=""), last_step)
         events = self._log(step.step_id)
         history = read_events(self.path / "events.jsonl")
         decision = recovery.decide(end.code, end.signal, end.error, history, self.cfg.cluster.max_restarts)
@@ -240,9 +241,9 @@ class SlurmDriver:
 
     def _record_restart(self, r: _Restart, step: _Step, first_step_at: float | None) -> None:
         key = (self.job_id, self.restart, step.step_id)
-        starts = [s for s in select(read_events(self.path / "events.jsonl"), Start)
-                  if recovery.attempt_key(s) == key and s.details.process_started]
-        process_s = seconds(starts[0].details.process_started) - r.failed_at if starts else None
+        started = [s.details.process_started for s in select(read_events(self.path / "events.jsonl"), Start)
+                   if recovery.attempt_key(s) == key and s.details.process_started]
+        process_s = seconds(started[0]) - r.failed_at if started and started[0] else None
         self._log(r.failed_step).emit(RestartInAllocation(
             cause=r.cause, placement=r.placement, replaced=r.replaced, added=r.added,
             latency_s=None if first_step_at is None else round(first_step_at - r.failed_at, 3), move=r.move,

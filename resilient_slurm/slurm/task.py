@@ -71,7 +71,7 @@ class SlurmTask:
             events.emit(Attempt(nodes=list(env.nodes), ntasks=env.ntasks, cause=cause), None)
         os.environ["LOCAL_WORLD_SIZE"] = str(env.local_ntasks)
         info = RankInfo(env.procid, env.ntasks, env.localid, node_address(env.nodes[0]),
-                        master_port(env.job_id, env.step_id))
+                        master_port(env.job_id, env.step_id), env.nodename)
 
         def conclude(code: int, step: int | None, signal: str | None, error: str | None) -> recovery.Decision:
             """Decide from the ledger and act: one task requeues (a second `scontrol requeue` would
