@@ -179,8 +179,11 @@ class CheckpointConfig:
     """A save failed (disk full, I/O error; the previous checkpoints stay): continue training, or
     stop the run (exit status 1, failure) at the next save point."""
     hot_dir: str = ""
-    """Hot tier for the newest checkpoints, e.g. node-local NVMe: <hot_dir>/<experiment>/<run>/;
-    empty = the run directory's checkpoints/. Every rank of the job must see the same directory."""
+    """Hot tier for the newest checkpoints: <hot_dir>/<experiment>/<run>/; empty = the run
+    directory's checkpoints/. Without `%n`, every rank of the job must see the same directory.
+    With `%n` (the node's name, e.g. /nvme/%n/ckpt) it is node-local: each node keeps the files its
+    ranks write, and after each save copies them to a buddy node over the network, so a checkpoint
+    survives the loss of any one node; a resume reads local, then buddy, then cold copies."""
     cold: ColdTierConfig = field(default_factory=ColdTierConfig)
     young_daly: bool = False
     """Set the time-based interval to sqrt(2 x save cost x MTBF) (Young-Daly) from the measured
