@@ -137,9 +137,7 @@ class SlurmDriver:
             if self.stop.requested:
                 sys.exit(int(ExitCode.RESUME))
             step = self._launch(alloc.in_use)
-            first_step_at = self._watch(step, pending is not None)
-            if pending is not None:
-                self._record_restart(pending, step, first_step_at)
+            self._watch(step, pending)
             outcome = self._conclude(step, alloc)
             if isinstance(outcome, str):
                 return outcome
@@ -158,15 +156,17 @@ class SlurmDriver:
         threading.Thread(target=step.read_stderr, name="srun-stderr", daemon=True).start()
         return step
 
-    def _watch(self, step: _Step, restarted: bool) -> float | None:
-        """Until srun exits, killing the step at its first bad report; for a restart, returns when
-        the new start's first step was written, if it was."""
-        first_step_at = None
+    def _watch(self, step: _Step, restart: _Restart | None) -> None:
+        """Until srun exits: kill the step at its first bad report, and record the restart that
+        started it once its first step is written (or, without one, when it ends)."""
         killed = False
         while step.proc.poll() is None:
             time.sleep(POLL_S)
-            if restarted and first_step_at is None:
+            if restart is not None:
                 first_step_at = _first_step_since(self.path / "metrics.jsonl", step.launched_at)
+                if first_step_at is not None:
+                    self._record_restart(restart, step, first_step_at)
+                    restart = None
             if step.reports and not killed:
                 if step.origin is None:
                     step.origin = len(step.reports)
@@ -174,9 +174,8 @@ class SlurmDriver:
                 killed = True
                 if not ok:
                     _say(f"could not kill step {step.step_id}: {message}")
-        if restarted and first_step_at is None:
-            first_step_at = _first_step_since(self.path / "metrics.jsonl", step.launched_at)
-        return first_step_at
+        if restart is not None:
+            self._record_restart(restart, step, _first_step_since(self.path / "metrics.jsonl", step.launched_at))
 
     def _conclude(self, step: _Step, alloc: Allocation) -> str | tuple[Allocation, _Restart]:
         """Decide after a step ended: the result when training finished, else the next allocation

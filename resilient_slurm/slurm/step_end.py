@@ -32,7 +32,9 @@ class Lost:
     @property
     def error(self) -> str:
         who = f"task {self.rank}" if self.rank is not None else "every task"
-        return f"{who} on {self.node} ended without a trace ({self.status}): its process was killed or its node failed"
+        # Spelled like an exception, so reports class it with the crashes: `crashed (TaskLost)`.
+        return f"TaskLost: {who} on {self.node} ended without a trace ({self.status}): its process was killed or " \
+               f"its node failed"
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def test_a_task_killed_without_a_trace_is_lost_and_its_peer_is_not():
     reports = [TaskReport("n2", (1,), "Killed")]
     end = judge([ev("start", 0, 0), peer], reports)
     assert end.code is ExitCode.FAILED and [(x.node, x.rank) for x in end.lost] == [("n2", 1)]
-    assert "task 1 on n2 ended without a trace (Killed)" in end.error
+    assert end.error.startswith("TaskLost: task 1 on n2 ended without a trace (Killed)")
     # the same task having written its own crash first is a crash, not a loss
     own = ev("crash", 1, 69, node="n2", error="ValueError: bad batch", traceback="")
     end = judge([peer, own], reports)
