@@ -417,8 +417,8 @@ class Requeue(Details):
 @dataclass(frozen=True, kw_only=True)
 class RestartInAllocation(Details):
     """The job restarted training inside its allocation (a new job step), without the queue. The
-    driver writes it once the new start took its first step (or ended without one), under the
-    failed start's attempt key."""
+    driver writes it once the new start took its first step (or ended without one), under the new
+    start's attempt key; its step is the last one the failed start reached."""
 
     KIND = Kind.RESTART_IN_ALLOCATION
     cause: str

@@ -224,7 +224,7 @@ def account(events: list[Event[Any]], kept: list[dict[str, Any]], lost: list[dic
 def _restart(before: Attempt, after: Attempt, records: list[Event[RestartInAllocation]]) -> Restart:
     """The failure is when the driver learned of it, else the previous attempt's last trace."""
     record = next((r for r in records if after.in_allocation and (r.job_id, r.restart, r.job_step) == (
-        before.job_id, before.restart, before.job_step)), None)
+        after.job_id, after.restart, after.job_step)), None)
     failed_at = before.end_s
     if record is not None and record.details.failed_at:
         failed_at = seconds(record.details.failed_at)

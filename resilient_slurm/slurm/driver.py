@@ -98,10 +98,9 @@ class _Step:
 
 @dataclass
 class _Restart:
-    """A restart inside the allocation, recorded once the new start takes its first step."""
+    """A restart inside the allocation, recorded (under the new start's attempt key) once the new
+    start takes its first step."""
 
-    failed_step: int | None
-    """The failed step: the record carries its attempt key."""
     cause: str
     placement: str
     move: str
@@ -181,17 +180,31 @@ class SlurmDriver:
         """Decide after a step ended: the result when training finished, else the next allocation
         and the restart to record (or the job is requeued, or it ends, and this does not return)."""
         ended_at = time.time()
-        key = (self.job_id, self.restart, step.step_id)
-        ours = [e for e in read_events(self.path / "events.jsonl")
-                if step.step_id is not None and recovery.attempt_key(e) == key]
-        origin = step.origin_reports
-        end = judge(ours, origin, launched=step.step_id is not None)
-        last_step = max([e.step for e in ours if isinstance(e.step, int)], default=None)
-        for lost in end.lost:
-            rank = -1 if lost.rank is None else lost.rank
-            self._log(step.step_id, rank, lost.node).emit(Crash(error=lost.error, traceback=""), last_step)
-        events = self._log(step.step_id)
         history = read_events(self.path / "events.jsonl")
+        if step.step_id is None:  # srun did not say (another version's -v): its tasks' events do
+            step.step_id = next((e.job_step for e in history if (e.job_id, e.restart) == (self.job_id, self.restart)
+                                 and e.rank >= 0 and seconds(e.time) >= step.launched_at), None)
+        key = (self.job_id, self.restart, step.step_id)
+        ours = [e for e in history if step.step_id is not None and recovery.attempt_key(e) == key]
+        origin = step.origin_reports
+        c, ttl_s = self.cfg.cluster, self.cfg.health.exclude_ttl_h * 3600.0
+        if step.step_id is None and not self.stop.requested:
+            # srun retries a step the nodes cannot take yet itself; one it gave up on means the
+            # allocation cannot run it: only a new one can.
+            reason = f"srun could not start a step on {','.join(step.nodes)} (exit {step.proc.returncode})"
+            _say(f"requeueing: {reason}")
+            requeue(self.job_id, recovery.Decision(recovery.Action.REQUEUE, reason), None, c.exclude_file, ttl_s,
+                    self._log(None))
+            sys.exit(int(ExitCode.RESUME))
+        end = judge(ours, origin)
+        last_step = max([e.step for e in ours if isinstance(e.step, int)], default=None)
+        for task in end.untraced:
+            rank = -1 if task.rank is None else task.rank
+            self._log(step.step_id, rank, task.node).emit(Crash(error=task.error, traceback=""), last_step)
+        if end.code == ExitCode.FAILED and not end.untraced and not any(e.kind in FAILURES for e in ours):
+            self._log(step.step_id).emit(Crash(error=end.error or "", traceback=""), last_step)
+        events = self._log(step.step_id)
+        history = read_events(self.path / "events.jsonl")  # with the failures just recorded
         decision = recovery.decide(end.code, end.signal, end.error, history, self.cfg.cluster.max_restarts)
         _say(f"step {step.step_id} ended ({end.code.name}): {decision.action}: {decision.reason}")
         if decision.action is recovery.Action.FINISH:
@@ -203,7 +216,6 @@ class SlurmDriver:
         if self.stop.requested or decision.action is recovery.Action.EXIT:
             # Slurm is ending the job (scancel, scontrol requeue, preemption): it decides what next.
             sys.exit(int(ExitCode.RESUME))
-        c, ttl_s = self.cfg.cluster, self.cfg.health.exclude_ttl_h * 3600.0
         if end.code == ExitCode.RESUME and end.signal in recovery.WARNING_SIGNALS:
             # The allocation itself is ending (time limit, preemption notice): only the queue helps.
             requeue(self.job_id, decision, last_step, c.exclude_file, ttl_s, events)
@@ -223,8 +235,8 @@ class SlurmDriver:
         failed_at = min([ended_at, *step.report_times[: len(origin)], *traces])
         move = "shrink" if placed.move is placement.Move.SHRINK else "spare" if placed.added else "in place"
         _say(f"restarting inside the allocation ({move}): {placed.reason}")
-        return placed.allocation, _Restart(step.step_id, decision.reason, placed.reason, move, failed,
-                                           list(placed.added), failed_at, last_step)
+        return placed.allocation, _Restart(decision.reason, placed.reason, move, failed, list(placed.added), failed_at,
+                                           last_step)
 
     def _take_out(self, nodes: list[str], reason: str) -> None:
         """Nodes the failures follow (the crash-loop guard): on the exclude list, and drained where
@@ -243,7 +255,7 @@ class SlurmDriver:
         started = [s.details.process_started for s in select(read_events(self.path / "events.jsonl"), Start)
                    if recovery.attempt_key(s) == key and s.details.process_started]
         process_s = seconds(started[0]) - r.failed_at if started and started[0] else None
-        self._log(r.failed_step).emit(RestartInAllocation(
+        self._log(step.step_id).emit(RestartInAllocation(
             cause=r.cause, placement=r.placement, replaced=r.replaced, added=r.added,
             latency_s=None if first_step_at is None else round(first_step_at - r.failed_at, 3), move=r.move,
             nodes=list(step.nodes), failed_at=_utc(r.failed_at),

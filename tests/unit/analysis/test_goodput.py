@@ -168,7 +168,7 @@ def test_restarts_inside_the_allocation_are_counted_apart_with_their_latencies_a
     ev(t + 3.0, "start", 0, job_step=1, process_started=stamp(t + 1.0))
     ev(t + 3.1, "resume", 25, job_step=1, checkpoint="/c/step_00000025")
     t2 = steps(t + 3.5, 26, 60)
-    ev(t + 4.0, "restart_in_allocation", 30, rank=-1, cause="failed after saving progress", move="spare",
+    ev(t + 4.0, "restart_in_allocation", 30, job_step=1, rank=-1, cause="failed after saving progress", move="spare",
        placement="n2 replaced by spare n3", replaced=["n2"], added=["n3"], failed_at=stamp(t + 0.25))
     ev(t2 + 0.1, "requeue", 60, job_step=1, reason="SIGUSR1: time-limit warning", ok=True)
     ev(t2 + 30, "attempt", None, restart=1, nodes=["n1", "n3"], ntasks=2, cause="SIGUSR1")

@@ -93,10 +93,11 @@ def test_a_failed_health_check_is_the_nodes_not_the_jobs():
     assert end.code is ExitCode.RESUME and end.unhealthy == ("n2",) and not end.lost
 
 
-def test_a_step_that_never_started():
-    assert judge([], [], launched=False).error == "srun could not start the step"
+def test_a_task_that_ends_before_its_first_trace_is_a_failure_the_driver_records():
     end = judge([], [TaskReport("n1", (0,), "Exited with exit code 2")])
-    assert end.code is ExitCode.FAILED and "on n1" in end.error
+    assert end.code is ExitCode.FAILED and not end.lost and [u.rank for u in end.untraced] == [0]
+    assert end.error == "TaskFailed: task 0 on n1 ended before it wrote a trace (Exited with exit code 2)"
+    assert judge([], []).error == "TaskFailed: the step ended before any task wrote a trace"
 
 
 def test_the_allocation_a_job_starts_with():
