@@ -204,8 +204,11 @@ class CheckpointConfig:
     """A save failed (disk full, I/O error; the previous checkpoints stay): continue training, or
     stop the run (exit status 1, failure) at the next save point."""
     hot_dir: str = ""
-    """Hot tier for the newest checkpoints, e.g. node-local NVMe: <hot_dir>/<experiment>/<run>/;
-    empty = the run directory's checkpoints/. Every rank of the job must see the same directory."""
+    """Hot tier for the newest checkpoints: <hot_dir>/<experiment>/<run>/; empty = the run
+    directory's checkpoints/. Without `%n`, every rank of the job must see the same directory.
+    With `%n` (the node's name, e.g. /nvme/%n/ckpt) it is node-local: each node keeps the files its
+    ranks write, and after each save copies them to a buddy node over the network, so a checkpoint
+    survives the loss of any one node; a resume reads local, then buddy, then cold copies."""
     cold: ColdTierConfig = field(default_factory=ColdTierConfig)
     young_daly: bool = False
     """Set the time-based interval to sqrt(2 x save cost x MTBF) (Young-Daly) from the measured
@@ -223,6 +226,17 @@ class CheckpointConfig:
 
 
 @dataclass
+class ElasticConfig:
+    min_nodes: int = 0
+    """Fewest nodes a Slurm run continues on inside its allocation (1..cluster.nodes). When a node
+    fails and no spare is left, the run goes on with fewer nodes, down to this many: the same
+    global batch (more accumulation), the exact data order, the state resharded from the
+    checkpoint; below it the job requeues itself without the failed nodes. Setting it (even to
+    cluster.nodes, which never shrinks) puts the job's driver in charge of restarts, as
+    cluster.spare_nodes does. 0: neither shrinking nor, without spare nodes, a driver."""
+
+
+@dataclass
 class ClusterConfig:
     kind: str = "local"
     """local: run on this machine without Slurm; slurm: submit a job through submitit."""
@@ -237,6 +251,14 @@ class ClusterConfig:
     # --- slurm
     partition: str | None = None
     nodes: int = 1
+    """Nodes the training runs on."""
+    spare_nodes: int = 0
+    """Nodes allocated beyond `nodes` and kept idle: when a node of the run fails, the job's
+    driver restarts training on a spare inside the same allocation (a new job step from the
+    newest checkpoint; no trip through the queue). A node that failed is never used again in
+    that allocation. With spares or elastic.min_nodes set, the job's batch script runs the driver
+    (slurm/driver.py), which runs training as job steps."""
+    elastic: ElasticConfig = field(default_factory=ElasticConfig)
     tasks_per_node: int = 1
     """One task per rank: with GPUs, set it to gpus_per_node."""
     gpus_per_node: int = 0
@@ -684,6 +706,7 @@ def validate(cfg: Config) -> list[str]:
     need(0 < k.signal_lead_s < k.time_min * 60,
          f"cluster.signal_lead_s: {k.signal_lead_s}; set it above 0 and below cluster.time_min*60")
     need(k.max_restarts >= 0, f"cluster.max_restarts: {k.max_restarts}; set it >= 0")
+    p += validate_allocation(cfg)
     need(k.term_grace_s > 0, f"cluster.term_grace_s: {k.term_grace_s}; set it > 0 (the partition's GraceTime, or KillWait)")
     need(k.gpus_per_node >= 0, f"cluster.gpus_per_node: {k.gpus_per_node}; set it >= 0")
     need(cfg.health.check_every_s >= 0 and cfg.health.timeout_s > 0 and cfg.health.exclude_ttl_h > 0,
@@ -753,9 +776,44 @@ def validate_sweep(s: SweepConfig, cluster: ClusterConfig) -> list[str]:
     return p
 
 
+def validate_allocation(cfg: Config) -> list[str]:
+    """Spare nodes and elastic shrinking: Slurm only, and the global batch must divide at every
+    world size the run may shrink to."""
+    k, d = cfg.cluster, cfg.data
+    p: list[str] = []
+    if k.spare_nodes < 0:
+        p.append(f"cluster.spare_nodes: {k.spare_nodes}; set it >= 0")
+    if not 0 <= k.elastic.min_nodes <= k.nodes:
+        p.append(f"cluster.elastic.min_nodes: {k.elastic.min_nodes} is not between 1 and cluster.nodes={k.nodes}; "
+                 f"set it within that range (0 turns shrinking off)")
+    if p or not driven(k):
+        return p
+    if k.kind != "slurm":
+        p.append("cluster.spare_nodes: spare nodes and elastic.min_nodes need a Slurm allocation; add cluster=slurm "
+                 "or set cluster.spare_nodes=0 cluster.elastic.min_nodes=0")
+    bad = [n for n in range(min_nodes(k), k.nodes + 1)
+           if d.global_batch_size % max(d.micro_batch_size * n * k.tasks_per_node, 1)]
+    if bad:
+        p.append(f"cluster.elastic.min_nodes: data.global_batch_size={d.global_batch_size} is not a multiple of "
+                 f"micro_batch_size*ranks at {', '.join(map(str, bad))} node(s), which the run may shrink to; raise "
+                 f"min_nodes or choose a global batch that every world size from {min_nodes(k)} to {k.nodes} nodes "
+                 f"divides")
+    return p
+
+
 def world_size(cluster: ClusterConfig) -> int:
     """Ranks a run of this config has."""
     return cluster.ranks if cluster.kind == "local" else cluster.nodes * cluster.tasks_per_node
+
+
+def min_nodes(cluster: ClusterConfig) -> int:
+    """Fewest nodes the run may continue on inside its allocation."""
+    return cluster.elastic.min_nodes or cluster.nodes
+
+
+def driven(cluster: ClusterConfig) -> bool:
+    """The job's driver runs training as job steps and restarts it inside the allocation."""
+    return cluster.spare_nodes > 0 or cluster.elastic.min_nodes > 0
 
 
 def _safe_name(name: str) -> bool:

@@ -38,6 +38,7 @@ class Kind(str, Enum):
     EMERGENCY_PLAN = "emergency_plan"
     RETENTION = "retention"
     RETENTION_FAILED = "retention_failed"
+    BUDDY_COPY = "buddy_copy"
     COLD_COPY = "cold_copy"
     COLD_COPY_FAILED = "cold_copy_failed"
     COLD_COPY_CANCELLED = "cold_copy_cancelled"
@@ -242,6 +243,18 @@ class Retention(Details):
 class RetentionFailed(Details):
     KIND = Kind.RETENTION_FAILED
     error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuddyCopy(Details):
+    """A node-local hot tier: every node's files of a committed checkpoint copied to its buddy node."""
+
+    KIND = Kind.BUDDY_COPY
+    bytes: int
+    seconds: float
+    ok: bool
+    problems: list[str]
+    """Files that did not arrive whole (the checkpoint then survives only on its own nodes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -460,7 +473,9 @@ class Requeue(Details):
 
 @dataclass(frozen=True, kw_only=True)
 class RestartInAllocation(Details):
-    """The job restarted training inside its allocation (a new job step), without the queue."""
+    """The job restarted training inside its allocation (a new job step), without the queue. The
+    driver writes it once the new start took its first step (or ended without one), under the new
+    start's attempt key; its step is the last one the failed start reached."""
 
     KIND = Kind.RESTART_IN_ALLOCATION
     cause: str
@@ -472,7 +487,16 @@ class RestartInAllocation(Details):
     added: list[str]
     """Spare nodes brought in."""
     latency_s: float | None = None
-    """Seconds from the failure to the new start's first step."""
+    """Seconds from the failure to the new start's first step (None: it never took one)."""
+    move: str | None = None
+    """spare (a spare replaced a failed node), in place (no node was at fault), shrink (fewer
+    nodes than cluster.nodes)."""
+    nodes: list[str] | None = None
+    """The nodes the new start runs on."""
+    failed_at: str | None = None
+    """UTC time the driver learned of the failure (srun's first report, or the step's end)."""
+    process_s: float | None = None
+    """Seconds from the failure to the new start's first process."""
 
 
 @dataclass(frozen=True, kw_only=True)

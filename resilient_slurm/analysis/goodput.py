@@ -15,8 +15,15 @@ last ledger event and its last metrics row.
 - **restarts and other** = allocated minus all of the above: startup, resume (loading the
   checkpoint), tracking, data and logging between steps, shutdown.
 - **waiting** = the gaps between attempts (requeue and queue time): nothing is allocated then, so
-  it is shown but is not part of goodput.
-- **goodput** = productive / allocated.
+  it is shown but is not part of goodput. A gap between two attempts inside one allocation (the
+  driver's restart on a spare, in place or on fewer nodes: the same job and requeue count, a new
+  job step) is held time, so it counts as allocated, under restarts and other.
+- **goodput** = productive / allocated (wall time: the idle spare nodes are not weighed in).
+
+**Restarts** are told apart: inside the allocation, or through the queue (a requeue, or a local
+relaunch). Each has its latency from the failure to the new attempt's first process and to its
+first step; the failure is when the driver learned of it (`restart_in_allocation`), else the
+previous attempt's last trace.
 
 **steps lost** = the sum over restarts of (the last step the previous attempt reached - the step
 the next attempt resumed from).
@@ -30,7 +37,7 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
-from resilient_slurm.ledger import Crash, Event, GaveUp, Kind, Resume, Save, Signal, Start, select
+from resilient_slurm.ledger import Crash, Event, GaveUp, Kind, RestartInAllocation, Resume, Save, Signal, Start, select
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,11 @@ class Attempt:
     local runs and Slurm requeues, so causes count alike)."""
     job_id: str | None
     restart: int | None
+    job_step: int | None
+    in_allocation: bool
+    """Started inside the previous attempt's allocation (same job and requeue count, a new step)."""
+    first_step_s: float | None
+    """When its first step (kept or later lost) was written; None if it took none."""
     productive_s: float
     redone_s: float
     save_s: float
@@ -60,6 +72,22 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class Restart:
+    """How attempt `index` followed the one before it."""
+
+    index: int
+    in_allocation: bool
+    cause: str
+    """The cause's class (`cause_label`)."""
+    move: str | None
+    """Inside the allocation: spare, in place or shrink."""
+    process_s: float | None
+    """From the failure to the new attempt's first process."""
+    first_step_s: float | None
+    """From the failure to its first step."""
+
+
+@dataclass(frozen=True)
 class TimeBreakdown:
     allocated_s: float
     productive_s: float
@@ -67,6 +95,8 @@ class TimeBreakdown:
     save_s: float
     eval_s: float
     waiting_s: float
+    held_between_s: float = 0.0
+    """Gaps between attempts inside one allocation (part of allocated)."""
 
     @property
     def other_s(self) -> float:
@@ -97,6 +127,7 @@ class Accounting:
     last_checkpoint: dict[str, Any] | None
     """The newest `save` event: step, path, reason."""
     marks: Marks
+    restart_list: list[Restart] = field(default_factory=list)
 
     @property
     def restarts(self) -> int:
@@ -144,28 +175,35 @@ def account(events: list[Event[Any]], kept: list[dict[str, Any]], lost: list[dic
         steps = [r["step"] for r in rows] + [e.step for e in group if isinstance(e.step, int)]
         resumed = next((e.step for e in select(group, Resume) if e.step is not None), 0)
         previous = attempts[-1] if attempts else None
+        job_id = next((e.job_id for e in group if e.job_id is not None), None)
+        restart = next((e.restart for e in group if e.restart is not None), None)
+        job_step = next((e.job_step for e in group if e.job_step is not None and e.rank >= 0), None)
         attempts.append(Attempt(
             index=i + 1, begin_s=min(traces), end_s=max(traces), resumed_from=resumed,
             last_step=max(steps + [resumed]),
             outcome=_outcome(group, last=i == len(groups) - 1),
             cause=None if previous is None else previous.outcome,
-            job_id=next((e.job_id for e in group if e.job_id is not None), None),
-            restart=next((e.restart for e in group if e.restart is not None), None),
+            job_id=job_id, restart=restart, job_step=job_step,
+            in_allocation=previous is not None and job_id is not None and (previous.job_id, previous.restart) == (
+                job_id, restart) and previous.job_step != job_step,
+            first_step_s=min((seconds(r["time"]) for r in rows), default=None),
             productive_s=sum(r.get("step_seconds", 0.0) for r in kept_by[i]),
             redone_s=sum(r.get("step_seconds", 0.0) for r in lost_by[i]),
             save_s=sum(s.details.seconds or 0.0 for s in select(group, Save)),
             eval_s=sum(r.get("eval_seconds", 0.0) for r in rows),
         ))
     saves = select(events, Save)
+    held = sum(max(0.0, b.begin_s - a.end_s) for a, b in pairwise(attempts) if b.in_allocation)
     return Accounting(
         attempts=attempts,
         time=TimeBreakdown(
-            allocated_s=sum(a.duration_s for a in attempts),
+            allocated_s=sum(a.duration_s for a in attempts) + held,
             productive_s=sum(a.productive_s for a in attempts),
             redone_s=sum(a.redone_s for a in attempts),
             save_s=sum(a.save_s for a in attempts),
             eval_s=sum(a.eval_s for a in attempts),
-            waiting_s=sum(max(0.0, b.begin_s - a.end_s) for a, b in pairwise(attempts)),
+            waiting_s=sum(max(0.0, b.begin_s - a.end_s) for a, b in pairwise(attempts) if not b.in_allocation),
+            held_between_s=held,
         ),
         steps_done=max([r["step"] for r in kept] + [0]),
         steps_lost=sum(max(0, a.last_step - b.resumed_from) for a, b in pairwise(attempts)),
@@ -179,6 +217,21 @@ def account(events: list[Event[Any]], kept: list[dict[str, Any]], lost: list[dic
             rollbacks=[(b.resumed_from, a.last_step) for a, b in pairwise(attempts)
                        if a.last_step > b.resumed_from],
         ),
+        restart_list=[_restart(a, b, select(events, RestartInAllocation)) for a, b in pairwise(attempts)],
+    )
+
+
+def _restart(before: Attempt, after: Attempt, records: list[Event[RestartInAllocation]]) -> Restart:
+    """The failure is when the driver learned of it, else the previous attempt's last trace."""
+    record = next((r for r in records if after.in_allocation and (r.job_id, r.restart, r.job_step) == (
+        after.job_id, after.restart, after.job_step)), None)
+    failed_at = before.end_s
+    if record is not None and record.details.failed_at:
+        failed_at = seconds(record.details.failed_at)
+    return Restart(
+        index=after.index, in_allocation=after.in_allocation, cause=cause_label(after.cause or ""),
+        move=record.details.move if record else None, process_s=after.begin_s - failed_at,
+        first_step_s=None if after.first_step_s is None else after.first_step_s - failed_at,
     )
 
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.analysis.goodput import Restart
 from resilient_slurm.analysis.summary import ReportError, Summary, load, summarize
 from resilient_slurm.config import ConfigError
 
@@ -44,6 +46,7 @@ def render(s: Summary) -> str:
     causes = ", ".join(f"{n} {c}" for c, n in sorted(a.restarts_by_cause.items()))
     add("attempts", f"{len(a.attempts)} ({a.restarts} restart{'s' if a.restarts != 1 else ''}"
                     f"{': ' + causes if causes else ''})")
+    lines.extend(_restart_lines(a.restart_list))
     add("steps lost", f"{a.steps_lost} (computed again after faults, {_duration(t.redone_s)})")
     add("time", f"allocated {_duration(t.allocated_s)} = productive {_duration(t.productive_s)}"
                 f" + redone {_duration(t.redone_s)} + saves {_duration(t.save_s)} + evaluation "
@@ -64,6 +67,8 @@ def render(s: Summary) -> str:
         lines.append(f"  {'attempt':<8}{'began':<10}{'duration':>9}  {'steps':<13}{'job':<10}ended")
         for x in a.attempts:
             job = f"{x.job_id}.{x.restart}" if x.job_id else "local"
+            if x.job_id and x.job_step:
+                job += f" s{x.job_step}"
             steps = f"{x.resumed_from} -> {x.last_step}"
             lines.append(f"  {x.index:<8}{_clock(x.begin_s)[11:19]:<10}{_duration(x.duration_s):>9}  "
                          f"{steps:<13}{job:<10}{x.outcome}")
@@ -78,7 +83,7 @@ def render_side_by_side(summaries: list[Summary]) -> str:
         return {
             "run": s.files.meta.get("name", s.files.path.name),
             "status": "finished" if a.finished else (a.attempts[-1].outcome if a.attempts else "never started"),
-            "steps": str(a.steps_done), "restarts": str(a.restarts), "steps lost": str(a.steps_lost),
+            "steps": str(a.steps_done), "restarts": _restart_count(a.restart_list), "steps lost": str(a.steps_lost),
             "allocated": _duration(t.allocated_s), "productive": _duration(t.productive_s),
             "goodput": "-" if t.goodput is None else f"{100 * t.goodput:.1f}%",
             "loss": final.get("loss", "-"), "val loss": final.get("val_loss", "-"),
@@ -91,6 +96,31 @@ def render_side_by_side(summaries: list[Summary]) -> str:
     table = [[key] + [cell(s, key) for s in summaries] for key in keys]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in table) + "\n"
+
+
+def _restart_count(restarts: list[Restart]) -> str:
+    inside = sum(r.in_allocation for r in restarts)
+    return f"{len(restarts)} ({inside} in allocation)" if inside else str(len(restarts))
+
+
+def _restart_lines(restarts: list[Restart]) -> list[str]:
+    """Restarts inside the allocation apart from those through the queue, each with its latency
+    from the failure to the new process and to the first step."""
+    out: list[str] = []
+    for inside, label in ((True, "in allocation"), (False, "requeued or relaunched")):
+        group = [r for r in restarts if r.in_allocation == inside]
+        if not group:
+            continue
+        moves = Counter(r.move or r.cause for r in group) if inside else Counter(r.cause for r in group)
+        kinds = ", ".join(f"{n} {m}" for m, n in sorted(moves.items()))
+        latencies = ", ".join(f"{_maybe(r.process_s)} / {_maybe(r.first_step_s)}" for r in group)
+        out.append(f"  {'restarts' if not out else '':<12}{label} {len(group)} ({kinds})")
+        out.append(f"  {'':<14}failure -> new process / first step: {latencies}")
+    return out
+
+
+def _maybe(seconds: float | None) -> str:
+    return "-" if seconds is None else _duration(seconds)
 
 
 def _record_lines(record: list[dict[str, Any]]) -> list[str]:

@@ -18,10 +18,14 @@ and a resume use them:
     group          the checkpoint's own process group (background saves)
     async_save     the save in flight on its own thread
     store          listing, quarantine, deletion and fsync of step directories
+    nodes          a node-local hot tier (%n): leaders, buddies, who sends which bytes      [pure]
+    p2p            checkpoint files sent between ranks (gloo point-to-point), CRC-checked
+    buddy          each node's files copied to its buddy node after a commit
     cold           the cold tier over fsspec (a shared path or s3://)
     uploader       background, verified copies to the cold tier and its retention
     reader         rows of saved tensors into this rank's shards, only the byte ranges it needs
     load           resume: the newest checkpoint that verifies, from either tier
+    spread         resume from a checkpoint spread over nodes: own, buddy and peer copies
     verify         the `verify` check, shared by the command and the loader
     checkpointer   the loop's single entry point: when, save, retention, tiers, resume
     __main__       the `verify` command line

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from resilient_slurm.checkpoint.nodes import Spread
 from resilient_slurm.checkpoint.save import (
     Collectives,
     SaveError,
@@ -36,9 +37,11 @@ Done = Callable[[SaveResult | None, str | None, float], None]
 
 
 class AsyncSaver:
-    def __init__(self, root: Path, group: Collectives, max_shard_bytes: int, io_threads: int) -> None:
+    def __init__(self, root: Path, group: Collectives, max_shard_bytes: int, io_threads: int,
+                 spread: Spread | None = None) -> None:
         self.root = root
         self.group = group
+        self.spread = spread
         self.max_shard_bytes = max_shard_bytes
         self.io_threads = io_threads
         self.stager = Stager()
@@ -68,7 +71,8 @@ class AsyncSaver:
             # get CPU time the training threads leave. Linux scopes nice to the thread.
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
             try:
-                result = write_and_commit(self.root, step, files.plan, outs, files.blobs, self.group, self.io_threads)
+                result = write_and_commit(self.root, step, files.plan, outs, files.blobs, self.group, self.io_threads,
+                                          spread=self.spread)
             except Exception as e:  # noqa: BLE001 - reported to the caller's ledger, never lost
                 done(None, str(e) if isinstance(e, SaveError) else f"{e.__class__.__name__}: {e}", blocking)
                 return

@@ -8,6 +8,7 @@ entries; `close()` waits for it on every exit path.
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from resilient_slurm import ledger
-from resilient_slurm.checkpoint import layout, load, store
+from resilient_slurm.checkpoint import buddy, layout, load, nodes, store
 from resilient_slurm.checkpoint.async_save import AsyncSaver
 from resilient_slurm.checkpoint.cold import ColdTier
 from resilient_slurm.checkpoint.costs import save_costs
@@ -32,6 +33,7 @@ from resilient_slurm.checkpoint.interval import (
 from resilient_slurm.checkpoint.policy import SaveClock, step_reason, time_due
 from resilient_slurm.checkpoint.retention import CheckpointInfo, plan_retention
 from resilient_slurm.checkpoint.save import SaveError, SaveResult, save
+from resilient_slurm.checkpoint.spread import SpreadResume
 from resilient_slurm.checkpoint.state import Snapshot
 from resilient_slurm.checkpoint.uploader import Uploader
 from resilient_slurm.config import CheckpointConfig, ClusterConfig
@@ -46,10 +48,13 @@ class CheckpointFailed(RuntimeError):
     """A save failed and `checkpoint.on_failure=stop`: the run ends here, as a failure."""
 
 
-def hot_root(run_dir: Path, cfg: CheckpointConfig) -> Path:
+def hot_root(run_dir: Path, cfg: CheckpointConfig, node: str | None = None) -> Path:
+    """The hot tier's directory for a run; on a node-local tier (`%n`), `node`'s (default: this
+    machine's host name)."""
     if not cfg.hot_dir:
         return run_dir / "checkpoints"
-    return Path(cfg.hot_dir) / run_dir.parent.name / run_dir.name
+    hot_dir = nodes.expand(cfg.hot_dir, node or socket.gethostname())
+    return Path(hot_dir) / run_dir.parent.name / run_dir.name
 
 
 def cold_url(run_dir: Path, cfg: CheckpointConfig) -> str:
@@ -59,16 +64,29 @@ def cold_url(run_dir: Path, cfg: CheckpointConfig) -> str:
 class Checkpointer:
     def __init__(self, run_dir: Path, cfg: CheckpointConfig, cluster: ClusterConfig, comm: Comm,
                  events: EventLog) -> None:
-        self.root = hot_root(run_dir, cfg)
+        self.root = hot_root(run_dir, cfg, comm.node)
         self.cfg = cfg
         self.cluster = cluster
         self.comm = comm
         self.events = events
-        # Every checkpoint collective runs on this group, from whichever thread saves.
-        self.group = checkpoint_group(comm, cluster.collective_timeout_s) if cfg.async_save else comm
-        self.saver = AsyncSaver(self.root, self.group, cfg.max_shard_bytes, cfg.io_threads)
-        self.cold = ColdTier(cold_url(run_dir, cfg), cfg.io_threads) if cfg.cold.url and comm.rank == 0 else None
-        self.uploader = Uploader(self.cold, cfg.cold, events) if self.cold else None
+        # A node-local hot tier: every rank's node, for the commit of each node's directory and
+        # the buddy copies (the all-gather is collective: every rank builds its checkpointer alike).
+        self.spread = nodes.Spread(tuple(comm.all_gather_object(comm.node))) if nodes.node_local(cfg.hot_dir) \
+            else None
+        self.leader = comm.rank == 0 if self.spread is None else self.spread.is_leader(comm.rank)
+        # Every checkpoint collective runs on this group, from whichever thread saves; buddy copies
+        # and a resume's transfers send files over it too.
+        own_group = cfg.async_save or self.spread is not None
+        self.group = checkpoint_group(comm, cluster.collective_timeout_s) if own_group else comm
+        self.saver = AsyncSaver(self.root, self.group, cfg.max_shard_bytes, cfg.io_threads, self.spread)
+        # The cold tier is read by whoever fills a node's directory from it (every leader of a
+        # node-local tier) and written by rank 0, or by every leader, each its node's files.
+        self.cold = ColdTier(cold_url(run_dir, cfg), cfg.io_threads) if cfg.cold.url and self.leader else None
+        self.uploader = None
+        if self.cold is not None and (comm.rank == 0 or self.spread is not None):
+            parts = len(self.spread.order) if self.spread else 1
+            self.uploader = Uploader(self.cold, cfg.cold, events, part=comm.node if self.spread else None, parts=parts,
+                                     retention=comm.rank == 0)
         self.clock = SaveClock(last_save_step=-1, last_save_time_s=time.time())
         self.committed_step = -1
         """The newest step whose checkpoint is committed (durable): what a resume would return to.
@@ -162,10 +180,16 @@ class Checkpointer:
     def resume(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                scheduler: torch.optim.lr_scheduler.LRScheduler, before_step: int | None = None,
                refusal: load.Refusal | None = None) -> load.ResumeOutcome:
-        """The newest checkpoint that loads, from either tier (of a step before `before_step`);
-        CheckpointRefused when `refusal` objects to it."""
-        outcome = load.resume(self.root, self.comm, model, optimizer, scheduler, self.cfg.io_threads, self.cold,
-                              before_step, refusal)
+        """The newest checkpoint that loads, from either tier (of a step before `before_step`); on a
+        node-local tier, from the nodes' own directories and buddy copies first. CheckpointRefused
+        when `refusal` objects to it."""
+        if self.spread is not None:
+            outcome = SpreadResume(self.root, self.spread, self.comm, getattr(self.group, "group", None),
+                                   self.cfg.io_threads).run(model, optimizer, scheduler, self.cold, before_step,
+                                                            refusal)
+        else:
+            outcome = load.resume(self.root, self.comm, model, optimizer, scheduler, self.cfg.io_threads, self.cold,
+                                  before_step, refusal)
         restored = outcome.restored
         if restored is not None and restored.rng == "reseeded":
             self.events.emit(ledger.RngReseeded(
@@ -177,11 +201,22 @@ class Checkpointer:
             self._update_interval(outcome.restored.train_state["step"] if outcome.restored else 0)
         return outcome
 
+    def collect(self, step: int) -> None:
+        """A node-local tier: bring every file of step `step` to rank 0's node, which then holds
+        the whole checkpoint (the finished model is exported from there)."""
+        if self.spread is None or len(self.spread.order) < 2:
+            return
+        problems = SpreadResume(self.root, self.spread, self.comm, getattr(self.group, "group", None),
+                                self.cfg.io_threads).collect(step)
+        if problems and self.comm.rank == 0:
+            self.events.emit(ledger.SaveFailed(reason="collect", mode="sync", error="; ".join(problems[:5])), step)
+
     # --- internals
     def _save_now(self, step: int, snap: Snapshot, reason: str, check: bool,
                   plan: str | None = None) -> SaveResult | None:
         try:
-            result = save(self.root, step, snap, self.group, self.cfg.max_shard_bytes, self.cfg.io_threads, check=check)
+            result = save(self.root, step, snap, self.group, self.cfg.max_shard_bytes, self.cfg.io_threads, check=check,
+                          spread=self.spread)
         except SaveError as e:
             self._finished(step, reason, None, str(e), mode="sync", blocking_s=0.0, has_optimizer=bool(snap.optimizer))
             if self.cfg.on_failure == "stop" and reason not in ("emergency", *_SYNC_REASONS):
@@ -194,27 +229,45 @@ class Checkpointer:
 
     def _finished(self, step: int, reason: str, result: SaveResult | None, error: str | None, *, mode: str,
                   blocking_s: float, has_optimizer: bool, plan: str | None = None) -> None:
-        """A save ended (on the save's thread for async saves): ledger, retention, cold copy, interval."""
+        """A save ended (on the save's thread for async saves): ledger, buddy copies, retention, cold
+        copy, interval."""
         if result is None:
             self.failure = error
             if self.comm.rank == 0:
                 self.events.emit(ledger.SaveFailed(reason=reason, mode=mode, error=error), step)
             return
         self.committed_step = max(self.committed_step, step)
-        if self.comm.rank != 0:
-            return
-        record = self.events.emit(ledger.Save(
-            reason=reason, mode=mode, path=str(result.path), bytes=result.nbytes, seconds=round(result.seconds, 4),
-            blocking_s=round(blocking_s, 4), has_optimizer=has_optimizer,
-            replaced_to=str(result.replaced) if result.replaced else None, plan=plan,
-        ), step)
-        self.ledger.append(record)
-        self._apply_retention(step)
+        if self.comm.rank == 0:
+            self.ledger.append(self.events.emit(ledger.Save(
+                reason=reason, mode=mode, path=str(result.path), bytes=result.nbytes, seconds=round(result.seconds, 4),
+                blocking_s=round(blocking_s, 4), has_optimizer=has_optimizer,
+                replaced_to=str(result.replaced) if result.replaced else None, plan=plan,
+            ), step))
+        if self.spread is not None and len(self.spread.order) > 1:
+            self._copy_to_buddies(step, result)
+        if self.leader:
+            self._apply_retention(step)
         if self.uploader is not None:
-            self.uploader.request(step, result.path)
-        self._update_interval(step)
+            mine = None if self.spread is None else \
+                [rel for r in self.spread.ranks_on(self.comm.node) for rel in result.by_rank[r]]
+            self.uploader.request(step, result.path, mine)
+        if self.comm.rank == 0:
+            self._update_interval(step)
+
+    def _copy_to_buddies(self, step: int, result: SaveResult) -> None:
+        """Every node's files of the new checkpoint to its buddy node (collective, on the save's group)."""
+        assert self.spread is not None
+        try:
+            copy = buddy.replicate(self.root, result, self.spread, self.group, getattr(self.group, "group", None))
+        except Exception as e:  # noqa: BLE001 - the checkpoint stands without its copies; say so
+            copy = buddy.BuddyCopy(0, 0.0, [f"{e.__class__.__name__}: {e}"])
+        if self.comm.rank == 0:
+            self.events.emit(ledger.BuddyCopy(bytes=copy.bytes, seconds=round(copy.seconds, 4), ok=not copy.problems,
+                                              problems=copy.problems[:10]), step)
 
     def _apply_retention(self, step: int) -> None:
+        """Rank 0, or each node's leader on a node-local tier (its own directory and buddy copies);
+        rank 0 records it."""
         committed = [(s, p) for s, p in store.list_step_dirs(self.root) if (p / layout.MANIFEST).is_file()]
         pinned = (self.uploader.pinned() if self.uploader else frozenset()) | store.pinned_steps(self.root)
         try:
@@ -225,8 +278,12 @@ class Checkpointer:
                 store.delete(paths[s])
             for s in plan.strip_optimizer:
                 store.strip_optimizer(paths[s])
+            if self.spread is not None:
+                buddy.prune(self.root, {s for s, _ in committed} - set(plan.delete))
         except (OSError, ValueError) as e:
             self.events.emit(ledger.RetentionFailed(error=str(e)), step)
+            return
+        if self.comm.rank != 0:
             return
         if plan.delete or plan.strip_optimizer:
             self.events.emit(ledger.Retention(deleted=list(plan.delete), optimizer_stripped=list(plan.strip_optimizer)),

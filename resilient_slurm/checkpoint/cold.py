@@ -24,6 +24,8 @@ from resilient_slurm.checkpoint.manifest import Manifest, ManifestError
 from resilient_slurm.checkpoint.safetensors_io import file_crc32, write_bytes
 
 _READ_BLOCK = 8 << 20
+PARTS_DIR = ".parts"
+"""Per-node completion marks of a checkpoint uploaded by several nodes."""
 
 
 class ColdTierError(RuntimeError):
@@ -68,27 +70,41 @@ class ColdTier:
         if self.fs.exists(self._path(step)):
             self.fs.rm(self._path(step), recursive=True)  # an unfinished earlier copy, or a stale one
 
-        def put(rel: str) -> None:
-            if cancelled():
-                raise Cancelled(f"copy of {src.name} stopped before {rel}")
-            self.fs.makedirs(self._path(step, rel).rsplit("/", 1)[0], exist_ok=True)
-            self.fs.put_file(str(src / rel), self._path(step, rel))
-            if self._local:
-                store.fsync_path(self._path(step, rel))
-
-        def check(rel: str) -> None:
-            if cancelled():
-                raise Cancelled(f"copy of {src.name} stopped while checking {rel}")
-            nbytes, crc = self._remote_digest(self._path(step, rel))
-            entry = manifest.files[rel]
-            if (nbytes, crc) != (entry.nbytes, entry.crc32):
-                raise ColdTierError(f"{self.describe(step)}/{rel} reads back as {nbytes} bytes, CRC {crc:08x}; "
-                                    f"expected {entry.nbytes} bytes, CRC {entry.crc32:08x}")
-
         rels = sorted(manifest.files)
-        self._parallel(put, rels)
-        self._parallel(check, rels)
+        self._parallel(lambda rel: self._put(src, step, rel, cancelled), rels)
+        self._parallel(lambda rel: self._check(step, rel, manifest, cancelled), rels)
         self._write_marker(step, manifest.to_json())
+
+    def _put(self, src: Path, step: int, rel: str, cancelled: Callable[[], bool]) -> None:
+        if cancelled():
+            raise Cancelled(f"copy of {src.name} stopped before {rel}")
+        self.fs.makedirs(self._path(step, rel).rsplit("/", 1)[0], exist_ok=True)
+        self.fs.put_file(str(src / rel), self._path(step, rel))
+        if self._local:
+            store.fsync_path(self._path(step, rel))
+
+    def _check(self, step: int, rel: str, manifest: Manifest, cancelled: Callable[[], bool]) -> None:
+        if cancelled():
+            raise Cancelled(f"copy of step {step} stopped while checking {rel}")
+        nbytes, crc = self._remote_digest(self._path(step, rel))
+        entry = manifest.files[rel]
+        if (nbytes, crc) != (entry.nbytes, entry.crc32):
+            raise ColdTierError(f"{self.describe(step)}/{rel} reads back as {nbytes} bytes, CRC {crc:08x}; "
+                                f"expected {entry.nbytes} bytes, CRC {entry.crc32:08x}")
+
+    def upload_part(self, src: Path, manifest: Manifest, rels: list[str], part: str, parts: int,
+                    cancelled: Callable[[], bool]) -> None:
+        """One node's files of a checkpoint spread over `parts` nodes (a node-local hot tier):
+        copied and read back like `upload`, then marked done (`.parts/<part>`); the node that
+        finds every part done writes the marker. Each node marks its part before it looks at the
+        others, so the last one to finish always sees them all."""
+        step = manifest.step
+        self._parallel(lambda rel: self._put(src, step, rel, cancelled), sorted(rels))
+        self._parallel(lambda rel: self._check(step, rel, manifest, cancelled), sorted(rels))
+        self.fs.pipe_file(self._path(step, f"{PARTS_DIR}/{part}"), b"")
+        self.fs.invalidate_cache(self._path(step, PARTS_DIR))
+        if len(self.fs.ls(self._path(step, PARTS_DIR), detail=False)) >= parts:
+            self._write_marker(step, manifest.to_json())
 
     def download(self, step: int, dest: Path) -> Manifest:
         """Copy a cold checkpoint into `dest` (a new directory), each file checked against the

@@ -28,7 +28,7 @@ from torch import nn
 
 from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.manifest import Manifest
-from resilient_slurm.checkpoint.reader import LoadError, Reader, read_json, saved_tensors
+from resilient_slurm.checkpoint.reader import LoadError, Reader, Saved, read_json, saved_tensors
 from resilient_slurm.checkpoint.safetensors_io import FormatError
 from resilient_slurm.checkpoint.state import (
     local_rows,
@@ -120,13 +120,13 @@ def resume(
         path = root / layout.step_dir_name(step)
         for source in [s for s, steps in (("hot", hot_steps), ("cold", cold_steps)) if step in steps]:
             if source == "cold":
-                problem = _fetch(cold, step, root) if comm.rank == 0 else None  # type: ignore[arg-type]
+                problem = fetch(cold, step, root) if comm.rank == 0 else None  # type: ignore[arg-type]
                 problem = comm.all_gather_object(problem)[0]
                 if problem:
                     skipped.append(problem)
                     continue
-            result, reason, loading, refused = _attempt(path, comm.rank, model, optimizer, scheduler, io_threads,
-                                                        refusal)
+            result, reason, loading, refused = attempt(path, comm.rank, model, optimizer, scheduler, io_threads,
+                                                       refusal)
             touched |= loading
             outcomes = comm.all_gather_object((result is not None, reason, refused))
             refusals = sorted({r for _, _, r in outcomes if r})
@@ -143,7 +143,7 @@ def resume(
     return ResumeOutcome(None, skipped, touched)
 
 
-def _attempt(
+def attempt(
     path: Path, rank: int, model: nn.Module, optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler, io_threads: int, refusal: Refusal | None,
 ) -> tuple[Restored | None, str, bool, str | None]:
@@ -163,7 +163,7 @@ def _attempt(
         return None, str(e), True, None
 
 
-def _fetch(cold: ColdSource, step: int, root: Path) -> tuple[str, str] | None:
+def fetch(cold: ColdSource, step: int, root: Path) -> tuple[str, str] | None:
     """Rank 0: copy a cold checkpoint into the hot tier as `step_N/`; (where, why) on failure."""
     tmp = root / layout.tmp_dir_name(step)
     final = root / layout.step_dir_name(step)
@@ -179,6 +179,28 @@ def _fetch(cold: ColdSource, step: int, root: Path) -> tuple[str, str] | None:
         shutil.rmtree(tmp, ignore_errors=True)
         return cold.describe(step), f"copy from the cold tier failed: {e.__class__.__name__}: {e}"
     return None
+
+
+def needed_files(path: Path, manifest: Manifest, model: nn.Module) -> set[str]:
+    """The tensor files that hold rows this rank holds now: what `load_into` will read, besides the
+    JSON files (which must be in `path` already). A node-local resume brings these to the node."""
+    docs = {rel: read_json(path, rel, manifest) for rel in manifest.files if rel.endswith(".json")}
+    saved_model = saved_tensors(path, layout.MODEL, manifest, docs)
+    saved_optim = saved_tensors(path, layout.OPTIMIZER, manifest, docs)
+    out: set[str] = set()
+    for name, h in model_tensors(model).items():
+        if name in saved_model:
+            out |= _overlapping(saved_model[name], h.start, h.start + (h.data.shape[0] if h.data.ndim else 1))
+    by_name = {name: p for p, name in param_names(model).items()}
+    for name, saved in saved_optim.items():
+        param = by_name.get(name.rsplit(".", 1)[0])
+        if param is not None:
+            out |= _overlapping(saved, *(local_rows(param) if saved.shape == tuple(param.shape) else (0, saved.rows)))
+    return out
+
+
+def _overlapping(saved: Saved, start: int, stop: int) -> set[str]:
+    return {rel for rel, a, b in saved.pieces if max(a, start) < min(b, stop)}
 
 
 def load_into(

@@ -11,6 +11,12 @@
 A crash anywhere before the rename leaves only a `.tmp.` directory, which no reader trusts. A
 failure on any rank (disk full, I/O error) fails the save on every rank, with every reason.
 
+On a node-local hot tier (`nodes.py`) each node has its own directory: its leader makes the
+`.tmp.` directory there, every rank writes into its node's, and each leader checks the files of its
+own node and commits its directory (the whole manifest, marker last, then the rename). A node that
+fails to commit fails the save: the leaders that did commit delete theirs. A crash between two
+nodes' commits leaves a checkpoint some of whose files no node holds, which a resume passes over.
+
 The same protocol serves the synchronous save (written straight from the live tensors) and the
 background one (written from staged copies, with collectives on the checkpoint's own process
 group: `group.py`).
@@ -31,8 +37,9 @@ import torch
 
 from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.manifest import FileEntry, Manifest
+from resilient_slurm.checkpoint.nodes import Spread
 from resilient_slurm.checkpoint.parallel_io import OutFile, write_files
-from resilient_slurm.checkpoint.safetensors_io import out_file, write_bytes
+from resilient_slurm.checkpoint.safetensors_io import FormatError, out_file, read_header, write_bytes
 from resilient_slurm.checkpoint.state import Held, Snapshot
 from resilient_slurm.checkpoint.verify import check_files
 from resilient_slurm.ledger import utc_now
@@ -59,6 +66,9 @@ class SaveResult:
     seconds: float
     replaced: Path | None
     """Where an existing directory for the same step was moved (it failed verification earlier)."""
+    manifest: Manifest | None = None
+    by_rank: tuple[tuple[str, ...], ...] = ()
+    """The files each rank wrote (a node-local tier copies them to their buddies)."""
 
 
 @dataclass(frozen=True)
@@ -112,26 +122,28 @@ def _rows(h: Held, piece: layout.Piece) -> torch.Tensor:
 
 
 def save(root: Path, step: int, snap: Snapshot, comm: Collectives, max_shard_bytes: int, io_threads: int,
-         check: bool = True) -> SaveResult:
+         check: bool = True, spread: Spread | None = None) -> SaveResult:
     """Save synchronously, straight from the snapshot's tensors."""
     files = rank_files(snap, comm.rank, comm.world_size, max_shard_bytes)
     tmp = tmp_path(root, step)
     outs = [out_file(str(tmp / rel), [(n, _cpu_contiguous(t)) for n, t in named]) for rel, named in files.tensors]
-    return write_and_commit(root, step, files.plan, outs, files.blobs, comm, io_threads, check)
+    return write_and_commit(root, step, files.plan, outs, files.blobs, comm, io_threads, check, spread)
 
 
 def write_and_commit(
     root: Path, step: int, plan: str, outs: list[OutFile], blobs: list[tuple[str, bytes]], comm: Collectives,
-    io_threads: int, check: bool = True,
+    io_threads: int, check: bool = True, spread: Spread | None = None,
 ) -> SaveResult:
-    """Steps 1-4 above for this rank's files (`outs` live in `tmp_path(root, step)`).
+    """Steps 1-4 above for this rank's files (`outs` live in `tmp_path(root, step)`); `spread`: the
+    ranks' nodes when `root` is this node's own directory (a node-local hot tier).
 
     `check=False` skips rank 0's structural check before the marker (emergency saves short of time).
     """
     start = time.perf_counter()
     tmp = tmp_path(root, step)
     final = root / layout.step_dir_name(step)
-    if comm.rank == 0:
+    leader = comm.rank == 0 if spread is None else spread.is_leader(comm.rank)
+    if leader:
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / layout.RNG_DIR).mkdir(parents=True)
@@ -152,29 +164,68 @@ def write_and_commit(
     if len({p for p, _ in results}) > 1:
         failures.append("ranks disagree on which rank writes which tensor (different state on different ranks)")
     files: dict[str, FileEntry] = {}
+    by_rank: list[tuple[str, ...]] = []
     if not failures:
         for _, (_, entries) in results:
             files.update(entries)  # type: ignore[arg-type]
+            by_rank.append(tuple(entries))  # type: ignore[arg-type]
+    manifest = Manifest(step=step, world_size=comm.world_size, files=files, created=utc_now())
 
-    commit: tuple[str | None, Path | None] = (None, None)
-    if comm.rank == 0:
-        if failures:
-            commit = ("; ".join(failures), None)
-        else:
-            commit = _commit(root, tmp, final, step, comm.world_size, files, check)
-        if commit[0]:
-            shutil.rmtree(tmp, ignore_errors=True)
-    error, replaced = comm.all_gather_object(commit)[0]
-    if error:
-        raise SaveError(error)
+    if spread is not None:
+        replaced = _commit_nodes(root, tmp, final, manifest, by_rank, comm, spread, failures)
+    else:
+        commit: tuple[str | None, Path | None] = (None, None)
+        if comm.rank == 0:
+            commit = ("; ".join(failures), None) if failures else _commit(root, tmp, final, manifest, check)
+            if commit[0]:
+                shutil.rmtree(tmp, ignore_errors=True)
+        error, replaced = comm.all_gather_object(commit)[0]
+        if error:
+            raise SaveError(error)
     nbytes = sum(e.nbytes for e in files.values())
-    return SaveResult(final, nbytes, time.perf_counter() - start, replaced)
+    return SaveResult(final, nbytes, time.perf_counter() - start, replaced, manifest, tuple(by_rank))
 
 
-def _commit(root: Path, tmp: Path, final: Path, step: int, world_size: int, files: dict[str, FileEntry],
-            check: bool) -> tuple[str | None, Path | None]:
-    """Rank 0: marker last, then the rename. Returns (error or None, where a same-step dir went)."""
-    manifest = Manifest(step=step, world_size=world_size, files=files, created=utc_now())
+def _commit_nodes(root: Path, tmp: Path, final: Path, manifest: Manifest, by_rank: list[tuple[str, ...]],
+                  comm: Collectives, spread: Spread, failures: list[str]) -> Path | None:
+    """Each leader commits its node's directory; on any failure, those that did undo theirs."""
+    leader = spread.is_leader(comm.rank)
+    outcome: tuple[str | None, Path | None] = (None, None)
+    if leader:
+        if failures:
+            outcome = ("; ".join(failures), None)
+        else:
+            mine = [rel for r in spread.ranks_on(spread.nodes[comm.rank]) for rel in by_rank[r]]
+            problem = _check_node_files(tmp, manifest, mine)
+            outcome = (f"node {spread.nodes[comm.rank]}: {problem}", None) if problem else \
+                _commit(root, tmp, final, manifest, check=False)
+        if outcome[0]:
+            shutil.rmtree(tmp, ignore_errors=True)
+    outcomes = comm.all_gather_object(outcome)
+    errors = sorted({e for e, _ in outcomes if e})
+    if errors:
+        if leader and outcome[0] is None:
+            store.delete(final)
+        raise SaveError("; ".join(errors))
+    return outcome[1]
+
+
+def _check_node_files(tmp: Path, manifest: Manifest, rels: list[str]) -> str | None:
+    """The files this node wrote: there, of their size, and safetensors ones with a header that parses."""
+    for rel in rels:
+        path = tmp / rel
+        if not path.is_file() or path.stat().st_size != manifest.files[rel].nbytes:
+            return f"written file {rel} is missing or not {manifest.files[rel].nbytes} bytes"
+        if rel.endswith(".safetensors"):
+            try:
+                read_header(str(path))
+            except FormatError as e:
+                return f"bad safetensors header in {rel}: {e}"
+    return None
+
+
+def _commit(root: Path, tmp: Path, final: Path, manifest: Manifest, check: bool) -> tuple[str | None, Path | None]:
+    """Marker last, then the rename. Returns (error or None, where a same-step dir went)."""
     try:
         if check:
             problem = check_files(tmp, manifest, checksums=False)

@@ -1,4 +1,5 @@
-"""Copies committed checkpoints from the hot tier to the cold one, in the background (rank 0).
+"""Copies committed checkpoints from the hot tier to the cold one, in the background (rank 0; on a
+node-local hot tier, each node's leader copies its node's files).
 
 Newest first: a copy requested while another is running replaces any copy still waiting, so a
 slow store falls behind by skipping checkpoints, never by queueing them. The checkpoints being
@@ -21,12 +22,19 @@ from resilient_slurm.ledger import EventLog
 
 
 class Uploader:
-    def __init__(self, cold: ColdTier, rules: Rules, events: EventLog) -> None:
+    def __init__(self, cold: ColdTier, rules: Rules, events: EventLog, part: str | None = None, parts: int = 1,
+                 retention: bool = True) -> None:
+        """`part`: this uploader copies one node's files of each checkpoint, one of `parts` nodes
+        (a node-local hot tier), and the last node to finish writes the marker; `retention`: this
+        one also applies the cold tier's retention (one uploader of the run does)."""
         self.cold = cold
         self.rules = rules
         self.events = events
+        self.part = part
+        self.parts = parts
+        self.retention = retention
         self._cv = threading.Condition()
-        self._pending: tuple[int, Path] | None = None
+        self._pending: tuple[int, Path, list[str] | None] | None = None
         self._current: int | None = None
         self._closing = False
         self._cancel = False
@@ -35,9 +43,10 @@ class Uploader:
         self._thread = threading.Thread(target=self._loop, name="checkpoint-cold-copy", daemon=True)
         self._thread.start()
 
-    def request(self, step: int, path: Path) -> None:
+    def request(self, step: int, path: Path, rels: list[str] | None = None) -> None:
+        """Copy checkpoint `path` (only its files `rels`, one node's part, when given)."""
         with self._cv:
-            self._pending = (step, path)
+            self._pending = (step, path, rels)
             self._cv.notify_all()
 
     def pinned(self) -> frozenset[int]:
@@ -66,18 +75,21 @@ class Uploader:
                     self._cv.wait()
                 if self._pending is None:
                     return
-                (step, path), self._pending = self._pending, None
+                (step, path, rels), self._pending = self._pending, None
                 self._current = step
-            self._copy(step, path)
+            self._copy(step, path, rels)
             with self._cv:
                 self._current = None
                 self._cv.notify_all()
 
-    def _copy(self, step: int, path: Path) -> None:
+    def _copy(self, step: int, path: Path, rels: list[str] | None) -> None:
         start = time.perf_counter()
         try:
             manifest = Manifest.from_json((path / layout.MANIFEST).read_bytes())
-            self.cold.upload(path, manifest, cancelled=lambda: self._cancel)
+            if self.part is None:
+                self.cold.upload(path, manifest, cancelled=lambda: self._cancel)
+            else:
+                self.cold.upload_part(path, manifest, rels or [], self.part, self.parts, cancelled=lambda: self._cancel)
         except Cancelled as e:
             self.events.emit(ledger.ColdCopyCancelled(reason=str(e)), step)
             return
@@ -85,10 +97,11 @@ class Uploader:
             self.events.emit(ledger.ColdCopyFailed(path=self.cold.describe(step), error=f"{e.__class__.__name__}: {e}"),
                              step)
             return
-        nbytes = sum(e.nbytes for e in manifest.files.values())
+        nbytes = sum(manifest.files[rel].nbytes for rel in (manifest.files if rels is None else rels))
         self.events.emit(ledger.ColdCopy(path=self.cold.describe(step), bytes=nbytes,
                                          seconds=round(time.perf_counter() - start, 4), verified=True), step)
-        self._retention(step)
+        if self.retention:
+            self._retention(step)
 
     def _retention(self, step: int) -> None:
         try:

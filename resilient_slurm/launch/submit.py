@@ -1,4 +1,7 @@
-"""`cluster=slurm`: submit the run as a Slurm job through submitit, and say where to watch it."""
+"""`cluster=slurm`: submit the run as a Slurm job through submitit, and say where to watch it.
+
+Each task of the job runs `slurm.task.SlurmTask`; with spare nodes or elastic shrinking, the batch
+script runs `slurm.driver.SlurmDriver`, which starts the tasks as job steps itself."""
 
 from __future__ import annotations
 
@@ -6,28 +9,40 @@ import time
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm import config
 from resilient_slurm.config import ClusterConfig, Config
 from resilient_slurm.health import exclude_list
 from resilient_slurm.ledger import EventLog, Submitted
+from resilient_slurm.slurm.driver import SlurmDriver
 from resilient_slurm.slurm.task import SlurmTask
 
 
 def executor_parameters(c: ClusterConfig, job_name: str, exclude: str) -> dict[str, Any]:
-    """submitit SlurmExecutor parameters for a cluster config. Pure."""
+    """submitit SlurmExecutor parameters for a cluster config. Pure.
+
+    A driven job (spare nodes, or elastic.min_nodes) allocates its spares too and runs the driver
+    in the batch script itself (no srun: the driver starts the job steps), with `--no-kill`, so
+    that a node that fails leaves the allocation instead of ending the job."""
+    driven = config.driven(c)
+    extra: dict[str, Any] = {"signal": f"{c.signal}@{c.signal_lead_s}", "requeue": True}
+    if driven:
+        extra["no-kill"] = True
     params: dict[str, Any] = {
         "job_name": job_name,
-        "nodes": c.nodes,
+        "nodes": c.nodes + c.spare_nodes if driven else c.nodes,
         "ntasks_per_node": c.tasks_per_node,
         "time": c.time_min,
         "signal_delay_s": c.signal_lead_s,
         # Our signal, not submitit's fixed one; requeue explicitly, whatever the cluster's default.
-        "additional_parameters": {"signal": f"{c.signal}@{c.signal_lead_s}", "requeue": True, **c.sbatch_extra},
+        "additional_parameters": {**extra, **c.sbatch_extra},
     }
+    if driven:
+        params["use_srun"] = False
     optional = {
         "partition": c.partition, "gpus_per_node": c.gpus_per_node or None, "cpus_per_task": c.cpus_per_task,
         "mem": f"{int(c.mem_gb * 1024)}M" if c.mem_gb else None, "account": c.account, "qos": c.qos,
         "constraint": c.constraint, "exclude": exclude or None, "setup": c.setup or None,
-        "srun_args": c.srun_extra or None,
+        "srun_args": None if driven else c.srun_extra or None,
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params
@@ -42,7 +57,7 @@ def submit(cfg: Config, run_dir: Path) -> str:
         excluded = exclude_list.exclude_value(exclude_list.load(cfg.cluster.exclude_file), time.time())
     executor = submitit.SlurmExecutor(folder=run_dir / "slurm", max_num_timeout=0)
     executor.update_parameters(**executor_parameters(cfg.cluster, run_dir.name, excluded))
-    job = executor.submit(SlurmTask(str(run_dir)))
+    job = executor.submit((SlurmDriver if config.driven(cfg.cluster) else SlurmTask)(str(run_dir)))
     EventLog(run_dir / "events.jsonl", rank=-1, context={"job_id": job.job_id}).emit(
         Submitted(exclude=excluded or None), None)
     log = run_dir / "slurm" / f"{job.job_id}_0_log.out"

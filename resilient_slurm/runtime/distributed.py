@@ -9,6 +9,7 @@ size. The device follows the backend: NCCL means this rank's GPU, also for a sin
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -25,6 +26,9 @@ class RankInfo:
     local_rank: int
     master_addr: str
     master_port: int
+    node: str = ""
+    """The node the rank runs on (a Slurm node name); empty: this machine's host name. A node-local
+    checkpoint tier keeps its files per node."""
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> RankInfo:
@@ -52,6 +56,7 @@ class Comm:
         self.rank = info.rank
         self.world_size = info.world_size
         self.local_rank = info.local_rank
+        self.node = info.node or socket.gethostname()
         self.backend = pick_backend(backend)
         self.device = torch.device("cpu")
         if self.backend == "nccl":

@@ -191,6 +191,7 @@ class _Loop:
                     return code
             if cfg.checkpoint.save_final:
                 self.checkpointer.save(self.progress.step, self._snapshot("final"), "final")
+                self.checkpointer.collect(self.progress.step)  # a node-local tier: all of it on rank 0's node
                 self._export()
         finally:
             self.watchdog.stop()

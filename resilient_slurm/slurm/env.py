@@ -25,6 +25,7 @@ class SlurmEnv:
     local_ntasks: int
     nodename: str
     nodes: tuple[str, ...]
+    """The nodes of the task's job step, in rank order."""
     cpus_per_task: int | None
 
     @staticmethod
@@ -33,7 +34,9 @@ class SlurmEnv:
         e = os.environ if env is None else env
         if "SLURM_JOB_ID" not in e or "SLURM_PROCID" not in e:
             return None
-        nodes = tuple(expand_hostlist(e.get("SLURM_JOB_NODELIST", e.get("SLURMD_NODENAME", ""))))
+        # The step's own nodes: a driver's step runs on part of the job's allocation.
+        nodelist = e.get("SLURM_STEP_NODELIST") or e.get("SLURM_JOB_NODELIST") or e.get("SLURMD_NODENAME", "")
+        nodes = tuple(expand_hostlist(nodelist))
         nodename = e.get("SLURMD_NODENAME", nodes[0] if nodes else "")
         counts = tasks_per_node(e.get("SLURM_STEP_TASKS_PER_NODE", e.get("SLURM_TASKS_PER_NODE", "1")))
         index = nodes.index(nodename) if nodename in nodes else 0

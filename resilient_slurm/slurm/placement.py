@@ -23,7 +23,7 @@ the same decision.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 
@@ -61,6 +61,13 @@ class Placement:
     exclude: tuple[str, ...]
     """REQUEUE: nodes the next allocation must leave out (every node that failed in this one)."""
     reason: str
+
+
+def initial(nodes: Sequence[str], target: int, min_nodes: int) -> Allocation:
+    """The allocation a job starts with: its first `target` nodes run the step, the rest wait as spares."""
+    if len(nodes) < min_nodes:
+        raise ValueError(f"the allocation has {len(nodes)} node(s), fewer than the {min_nodes} the run needs")
+    return Allocation(tuple(nodes[:target]), tuple(nodes[target:]), target, min_nodes)
 
 
 def after_failure(alloc: Allocation, failed: Iterable[str] = (), out: Iterable[str] = ()) -> Placement:

@@ -96,3 +96,10 @@ def jobs_named(name: str) -> tuple[bool, dict[str, str]]:
 def cancel(job_id: str) -> tuple[bool, str]:
     """`scancel JOB`: the job's tasks get SIGTERM (an emergency save), then SIGKILL after KillWait."""
     return scontrol(job_id, binary=DEFAULT_SCANCEL)
+
+
+def kill_step(job_id: str, step_id: int | None) -> tuple[bool, str]:
+    """SIGKILL to every task of one job step (every step of the job when its id is unknown): a
+    driver ends a failed step at once, so no rank stays behind in a collective or on a GPU."""
+    target = job_id if step_id is None else f"{job_id}.{step_id}"
+    return scontrol("--signal=KILL", target, binary=DEFAULT_SCANCEL)

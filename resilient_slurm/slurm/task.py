@@ -4,6 +4,12 @@ Submitted through submitit (the `SlurmTask` callable) or started by `sbatch/trai
 `python -m resilient_slurm.slurm.task RUN_DIR`. Each requeue re-runs it; it resumes from the run
 directory's newest valid checkpoint.
 
+In a step run by the job's driver (`slurm/driver.py`, which sets `srun.DRIVEN_ENV`), the task only
+records: the driver reads the ledger when the step ends and decides for the whole allocation. A
+task then exits 0 after any orderly end every rank agreed on (finished, stopped, gave up), so that
+srun's `--kill-on-bad-exit` cuts no rank short while it closes, and non-zero after a failure, so
+that it does.
+
 submitit's own signal handling is replaced, not wrapped: it checkpoints from inside the USR2
 handler, on rank 0 only, and ignores SIGTERM. A distributed run must save at a step boundary,
 on every rank at the same step, and must save on SIGTERM too (`scontrol requeue`, preemption
@@ -58,8 +64,10 @@ class SlurmTask:
         from resilient_slurm.slurm.env import SlurmEnv, master_port
         from resilient_slurm.slurm.health_watch import NodeHealthWatch
         from resilient_slurm.slurm.scontrol import node_address
+        from resilient_slurm.slurm.srun import DRIVEN_ENV
 
         run_dir = Path(self.run_dir)
+        driven = os.environ.get(DRIVEN_ENV) == "1"
         env = SlurmEnv.from_env()
         if env is None:
             raise RuntimeError("not inside a Slurm task (no SLURM_JOB_ID/SLURM_PROCID); use cluster=local")
@@ -71,7 +79,7 @@ class SlurmTask:
             events.emit(Attempt(nodes=list(env.nodes), ntasks=env.ntasks, cause=cause), None)
         os.environ["LOCAL_WORLD_SIZE"] = str(env.local_ntasks)
         info = RankInfo(env.procid, env.ntasks, env.localid, node_address(env.nodes[0]),
-                        master_port(env.job_id, env.step_id))
+                        master_port(env.job_id, env.step_id), env.nodename)
         kernel_log = cfg.health.kernel_log.replace("%n", env.nodename) if cfg.health.kernel_log else None
         oom_watch = OomWatch(memory_cgroup_dirs(), kernel_log)  # only kills from now on count
 
@@ -83,23 +91,26 @@ class SlurmTask:
             history = read_events(run_dir / "events.jsonl")
             decision = recovery.decide(code, signal, error, history, cfg.cluster.max_restarts)
             acts = decision.action in (recovery.Action.REQUEUE, recovery.Action.GIVE_UP)
-            if acts and _claim(run_dir, env.attempt):
+            if acts and not driven and _claim(run_dir, env.attempt):
                 if decision.action is recovery.Action.GIVE_UP:
                     events.emit(GaveUpEvent(reason=decision.reason), step)
                 else:
-                    _requeue(env.job_id, decision, step, cfg.cluster.exclude_file, cfg.health.exclude_ttl_h * 3600.0,
-                             events)
+                    requeue(env.job_id, decision, step, cfg.cluster.exclude_file, cfg.health.exclude_ttl_h * 3600.0,
+                            events)
             return decision
 
         def on_hang(step: int, reason: str) -> None:
-            conclude(ExitCode.FAILED, step, None, f"hang: {reason}")
+            if not driven:
+                conclude(ExitCode.FAILED, step, None, f"hang: {reason}")
 
         # One health checker per node; before training, a failing node is refused outright.
         watch = NodeHealthWatch(cfg, run_dir, env.nodename, env.job_id, events) if env.localid == 0 else None
         if watch and cfg.health.preflight:
             refused = watch.check()
             if refused:
-                conclude(ExitCode.RESUME, None, None, refused)
+                if not driven:
+                    conclude(ExitCode.RESUME, None, None, refused)
+                # Non-zero in a driven step too: its other tasks wait in the rendezvous for this one.
                 sys.exit(int(ExitCode.RESUME))
         if watch:
             watch.start(stop)
@@ -108,6 +119,9 @@ class SlurmTask:
         finally:
             if watch:
                 watch.stop()
+        if driven:
+            orderly = outcome.code in (ExitCode.DONE, ExitCode.RESUME, ExitCode.GAVE_UP)
+            sys.exit(0 if orderly else int(outcome.code))
         decision = conclude(outcome.code, outcome.step, outcome.signal, outcome.error)
         if decision.action is recovery.Action.FINISH:
             return f"finished at step {outcome.step}"
@@ -118,8 +132,9 @@ class SlurmTask:
         sys.exit(int(outcome.code))
 
 
-def _requeue(job_id: str, decision: Decision, step: int | None, exclude_file: str | None, exclude_ttl_s: float,
-             events: EventLog) -> None:
+def requeue(job_id: str, decision: Decision, step: int | None, exclude_file: str | None, exclude_ttl_s: float,
+            events: EventLog) -> None:
+    """Requeue the job, without `decision.exclude_nodes` (also put on the exclude list), and record it."""
     from resilient_slurm.health import exclude_list
     from resilient_slurm.ledger import Requeue
     from resilient_slurm.slurm import scontrol

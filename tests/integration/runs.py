@@ -83,8 +83,9 @@ def events(rdir: Path) -> list[Event[Any]]:
     return read_events(rdir / "events.jsonl")
 
 
-def final_tensors(rdir: Path, step: int = 200) -> dict[str, torch.Tensor]:
-    ckpt = rdir / "checkpoints" / f"step_{step:08d}"
+def final_tensors(rdir: Path, step: int = 200, hot_root: Path | None = None) -> dict[str, torch.Tensor]:
+    """The checkpoint of `step` in the run's checkpoints/ (or in `hot_root`, a hot tier's directory)."""
+    ckpt = (hot_root or rdir / "checkpoints") / f"step_{step:08d}"
     out: dict[str, torch.Tensor] = {}
     for f in sorted(ckpt.glob("*.safetensors")):
         out.update({f"{f.stem.split('-')[0]}/{k}": v for k, v in load_file(f).items()})

@@ -76,3 +76,39 @@ def slurm_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
     yield cluster
     if cluster.submitted:
         subprocess.run(["scancel", *cluster.submitted], capture_output=True, timeout=COMMAND_TIMEOUT_S)
+
+
+def _node_states() -> dict[str, tuple[str, str]]:
+    out = subprocess.run(["sinfo", "-h", "-N", "-p", "debug", "-o", "%N|%T|%E"], capture_output=True, text=True,
+                         timeout=COMMAND_TIMEOUT_S).stdout
+    return {n: (state, reason) for n, state, reason in (line.split("|", 2) for line in out.splitlines())}
+
+
+IDLE_WAIT_S = 600.0
+
+
+@pytest.fixture
+def idle_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """The sandbox with every node idle, waited for rather than forced: other engineers' jobs on the
+    shared sandbox run to their end (nothing is cancelled, unlike `slurm_cluster`). Afterwards the
+    test's own jobs are cancelled and the nodes it drained are resumed."""
+    state_dir = Path(os.environ.get("RESILIENT_SLURM_SANDBOX", DEFAULT_DIR))
+    status = sandbox("status", state_dir, COMMAND_TIMEOUT_S)
+    if status.returncode != 0:
+        verdict = (status.stdout.strip().splitlines() or ["no answer"])[-1]
+        pytest.skip(f"Slurm sandbox not usable: {verdict}")
+    monkeypatch.setenv("SLURM_CONF", str(state_dir / "slurm.conf"))
+    cluster = SlurmCluster(state_dir)
+    drained_before = {n for n, (state, _) in _node_states().items() if not state.startswith("idle")}
+    if drained_before:
+        cluster.wait_for("every node idle (another test is using the sandbox)",
+                         lambda: all(s == "idle" for s, _ in _node_states().values()), IDLE_WAIT_S)
+    yield cluster
+    if cluster.submitted:
+        subprocess.run(["scancel", *cluster.submitted], capture_output=True, timeout=COMMAND_TIMEOUT_S)
+    ours = [n for n, (state, reason) in _node_states().items()
+            if state.startswith(("drain", "down")) and reason.startswith("resilient_slurm")]
+    if ours:
+        cluster.run("scontrol", "update", f"nodename={','.join(ours)}", "state=resume")
+        cluster.wait_for("the drained nodes back", lambda: all(
+            _node_states()[n][0] in ("idle", "allocated", "mixed", "completing") for n in ours), 60)

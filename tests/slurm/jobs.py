@@ -107,3 +107,31 @@ def kill_task(job_id: str, procid: int) -> int:
     pid = wait_until(f"task {procid} of job {job_id}", lambda: task_pid(job_id, procid), 30)
     os.kill(pid, 9)
     return pid
+
+
+def driven_task(job_id: str, procid: int) -> tuple[int, int, str] | None:
+    """(job step, pid, node) of task `procid` in the newest job step a job's driver started."""
+    found: list[tuple[int, int, str]] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if not Path(argv[0].decode()).name.startswith("python") or b"resilient_slurm.slurm.task" not in argv:
+                continue
+            env = dict(item.partition(b"=")[::2] for item in (proc / "environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if env.get(b"SLURM_JOB_ID") == job_id.encode() and env.get(b"SLURM_PROCID") == str(procid).encode():
+            found.append((int(env.get(b"SLURM_STEP_ID", b"0")), int(proc.name), env[b"SLURMD_NODENAME"].decode()))
+    return max(found) if found else None
+
+
+def kill_driven_task(job_id: str, procid: int, job_step: int = 0) -> str:
+    """SIGKILL task `procid` of the job's step `job_step` or a later one; returns its node."""
+    def current():
+        hit = driven_task(job_id, procid)
+        return hit if hit and hit[0] >= job_step else None
+    _, pid, node = wait_until(f"task {procid} of job {job_id}, step {job_step}", current, 60)
+    os.kill(pid, 9)
+    return node

@@ -200,3 +200,20 @@ def test_bad_lora_values_give_one_line_naming_the_key_and_the_fix(override, key,
         to_config(composed("+experiment=tiny_sft", "model.lora.rank=8", override))
     message = str(err.value)
     assert message.startswith(key) and "\n" not in message and fix in message
+
+
+def test_spare_nodes_and_elastic_shrinking():
+    ok = to_config(composed("+experiment=tiny_sft", "cluster=slurm", "cluster.nodes=2", "cluster.spare_nodes=1",
+                            "cluster.elastic.min_nodes=1", "data.global_batch_size=8", "data.micro_batch_size=2"))
+    assert ok.cluster.spare_nodes == 1 and ok.cluster.elastic.min_nodes == 1
+    # 12 rows divide 2 ranks x 2 rows at 3 nodes but not at 2: the run could not shrink to 2
+    with pytest.raises(ConfigError, match=r"^cluster.elastic.min_nodes: data.global_batch_size=12 .* at 2 node\(s\)"):
+        to_config(composed("+experiment=tiny_sft", "cluster=slurm", "cluster.nodes=3", "cluster.tasks_per_node=2",
+                           "cluster.elastic.min_nodes=2", "data.global_batch_size=12", "data.micro_batch_size=2"))
+    with pytest.raises(ConfigError, match=r"^cluster.spare_nodes: spare nodes .* add cluster=slurm"):
+        to_config(composed("+experiment=tiny_sft", "cluster.spare_nodes=1"))
+    with pytest.raises(ConfigError) as err:
+        to_config(composed("+experiment=tiny_sft", "cluster=slurm", "cluster.nodes=2", "cluster.spare_nodes=-1",
+                           "cluster.elastic.min_nodes=3"))
+    assert [line.split(":")[0] for line in str(err.value).splitlines()] == ["cluster.spare_nodes",
+                                                                           "cluster.elastic.min_nodes"]

@@ -144,3 +144,54 @@ def test_several_runs_side_by_side_and_a_bad_path(tmp_path, capsys):
     assert (tmp_path / "a" / "report.png").stat().st_size > 10_000
     assert main([str(tmp_path / "nothing-here")]) == 2
     assert "not a run directory" in capsys.readouterr().err
+
+
+def test_restarts_inside_the_allocation_are_counted_apart_with_their_latencies_and_their_gap_is_held_time():
+    """Job 7 loses a node at step 30 (the driver restarts on the spare), then is requeued at step 60."""
+    events, kept = [], []
+
+    def ev(t, kind, step, restart=0, job_step=0, rank=0, **kw):
+        events.append(parse({"time": stamp(t), "event": kind, "step": step, "rank": rank, "job_id": "7",
+                             "restart": restart, "job_step": job_step, **kw}))
+
+    def steps(t, first, last):
+        for step in range(first, last + 1):
+            t += STEP_S
+            kept.append({"step": step, "loss": 1.0, "step_seconds": STEP_S, "time": stamp(t)})
+        return t
+
+    ev(0, "attempt", None, nodes=["n1", "n2"], ntasks=2, cause="first start")
+    ev(1, "start", 0, process_started=stamp(-4))
+    t = steps(1, 1, 30)  # ends at 16.0
+    ev(t + 0.5, "crash", 30, rank=1, node="n2", error="TaskLost: task 1 on n2 ended without a trace (Killed)", traceback="")
+    ev(t + 2.0, "attempt", None, job_step=1, nodes=["n1", "n3"], ntasks=2, cause="crashed at step 30")
+    ev(t + 3.0, "start", 0, job_step=1, process_started=stamp(t + 1.0))
+    ev(t + 3.1, "resume", 25, job_step=1, checkpoint="/c/step_00000025")
+    t2 = steps(t + 3.5, 26, 60)
+    ev(t + 4.0, "restart_in_allocation", 30, job_step=1, rank=-1, cause="failed after saving progress", move="spare",
+       placement="n2 replaced by spare n3", replaced=["n2"], added=["n3"], failed_at=stamp(t + 0.25))
+    ev(t2 + 0.1, "requeue", 60, job_step=1, reason="SIGUSR1: time-limit warning", ok=True)
+    ev(t2 + 30, "attempt", None, restart=1, nodes=["n1", "n3"], ntasks=2, cause="SIGUSR1")
+    ev(t2 + 31, "start", 0, restart=1, process_started=stamp(t2 + 29))
+    ev(t2 + 31.5, "resume", 60, restart=1, checkpoint="/c/step_00000060")
+    t3 = steps(t2 + 32, 61, 70)
+    ev(t3 + 0.1, "finish", 70, restart=1)
+
+    acc = account(events, kept, [])
+    assert [a.in_allocation for a in acc.attempts] == [False, True, False]
+    inside, requeued = acc.restart_list
+    assert inside.in_allocation and inside.move == "spare" and not requeued.in_allocation
+    assert inside.process_s == pytest.approx(0.75) and inside.first_step_s == pytest.approx(3.25 + STEP_S)
+    assert requeued.process_s == pytest.approx(29 - 0.1) and requeued.first_step_s == pytest.approx(32.5 - 0.1)
+    first, second, third = acc.attempts
+    # the restart inside the allocation held the nodes: allocated, not waiting
+    assert acc.time.held_between_s == pytest.approx(second.begin_s - first.end_s)
+    assert acc.time.waiting_s == pytest.approx(third.begin_s - second.end_s)
+    assert acc.time.allocated_s == pytest.approx(sum(a.duration_s for a in acc.attempts) + acc.time.held_between_s)
+    from resilient_slurm.analysis.report import _restart_lines
+
+    lines = _restart_lines(acc.restart_list)
+    assert lines[0].split() == ["restarts", "in", "allocation", "1", "(1", "spare)"]
+    assert lines[1].strip() == "failure -> new process / first step: 0.8s / 3.8s"
+    assert lines[2].strip() == "requeued or relaunched 1 (1 killed)"  # no stop event: the ledger says no more
+    assert lines[3].strip() == "failure -> new process / first step: 28.9s / 32.4s"

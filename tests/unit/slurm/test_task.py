@@ -23,7 +23,7 @@ def test_the_exclude_list_keeps_a_node_for_health_exclude_ttl_h(tmp_path, fake_s
     assert HealthConfig().exclude_ttl_h == 24.0  # the default; the job must use the configured one
     events = EventLog(tmp_path / "events.jsonl")
     decision = Decision(Action.REQUEUE, "failures follow node n2", exclude_nodes=("n2",))
-    task._requeue("7", decision, 12, str(tmp_path / "exclude.json"), exclude_ttl_s=2 * 3600.0, events=events)
+    task.requeue("7", decision, 12, str(tmp_path / "exclude.json"), exclude_ttl_s=2 * 3600.0, events=events)
     entry = exclude_list.load(str(tmp_path / "exclude.json"))["n2"]
     assert entry.expires_s - entry.added_s == pytest.approx(2 * 3600.0)
     assert fake_scontrol == [("requeue", "7"), ("exclude", "7", ["n2"])]

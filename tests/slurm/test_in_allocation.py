@@ -1,0 +1,182 @@
+"""Restarts inside the allocation on the real local cluster: the job's driver runs training as job
+steps on two of its nodes and, when a node is lost, goes on without leaving the allocation: on a
+spare, or on fewer nodes, or (below elastic.min_nodes) through a requeue without the node. Every
+run ends bit-identical to an uninterrupted one: at the same world size, or, after a shrink, to the
+uninterrupted run's checkpoint continued on one rank.
+
+A node is "lost" here by SIGKILL of its task's process (the sandbox's nodes share one machine, so
+a node cannot be switched off), or by an Xid line in its kernel log (per-node files, as in
+test_node_health.py), and its disk by deleting its hot-tier directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from resilient_slurm.ledger import Kind
+from tests.integration.runs import assert_bit_identical, events, final_tensors, finish, launch, run_dir
+from tests.slurm.jobs import (
+    describe,
+    driven_task,
+    job_state,
+    kill_driven_task,
+    reference,
+    submit,
+    wait_for_end,
+    wait_for_step,
+    wait_until,
+)
+from tests.slurm.test_node_health import XID_LINES, node_states
+
+pytestmark = pytest.mark.slurm
+
+DRIVEN = ["cluster.nodes=2", "cluster.tasks_per_node=1", "cluster.collective_timeout_s=60", "cluster.time_min=10",
+          "fault.step_sleep_s=0.05", "tracking.mode=disabled"]
+NODES = ("n1", "n2", "n3")
+
+
+def of(ev, kind):
+    return [e for e in ev if e.kind is kind]
+
+
+def node_of(job, procid):
+    return wait_until(f"task {procid} of job {job}", lambda: driven_task(job, procid), 60)[2]
+
+
+def test_a_killed_rank_continues_on_the_spare_in_the_same_job(idle_cluster, tmp_path):
+    ref = reference(2)
+    job = submit(tmp_path, "spare", *DRIVEN, "cluster.spare_nodes=1")
+    rdir = run_dir(tmp_path, "spare")
+    wait_for_step(rdir, 60, 120)
+    dead = kill_driven_task(job, 1)
+    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    assert job_state(job)["Restarts"] == "0" and not of(ev, Kind.REQUEUE)  # never left the allocation
+    first, second = of(ev, Kind.ATTEMPT)
+    assert (first.restart, first.job_step, second.restart, second.job_step) == (0, 0, 0, 1)
+    (spare,) = set(NODES) - set(first.details.nodes)
+    (restart,) = of(ev, Kind.RESTART_IN_ALLOCATION)
+    r = restart.details
+    assert (r.move, r.replaced, r.added) == ("spare", [dead], [spare]) and sorted(r.nodes) == sorted(second.details.nodes)
+    assert dead not in second.details.nodes and spare in second.details.nodes
+    assert 0 < r.process_s < r.latency_s < 60, r
+    lost = [e for e in of(ev, Kind.CRASH) if e.node == dead]
+    assert lost and lost[0].details.error.startswith(f"TaskLost: task 1 on {dead} ended without a trace (Killed)")
+    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+
+
+def test_an_xid_drains_the_node_and_the_run_continues_on_the_spare(idle_cluster, tmp_path):
+    ref = reference(2)
+    kmsg = tmp_path / "kmsg"
+    kmsg.mkdir()
+    for node in NODES:
+        (kmsg / f"{node}.log").write_text("")
+    job = submit(tmp_path, "xid", *DRIVEN, "cluster.spare_nodes=1", "health.check_every_s=2", "health.drain=true",
+                 f"health.kernel_log={kmsg}/%n.log", f"cluster.exclude_file={tmp_path}/exclude.json")
+    rdir = run_dir(tmp_path, "xid")
+    wait_for_step(rdir, 40, 120)
+    bad = node_of(job, 1)
+    with open(kmsg / f"{bad}.log", "a") as f:
+        f.write(f"[ 1234.567890] {XID_LINES[79]}\n")
+    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    (unhealthy,) = of(ev, Kind.NODE_UNHEALTHY)
+    assert unhealthy.details.bad_node == bad and unhealthy.details.xid == 79
+    state, reason = node_states(idle_cluster.state_dir)[bad]
+    assert state.startswith("drain") and "79" in reason, (state, reason)
+    (restart,) = of(ev, Kind.RESTART_IN_ALLOCATION)
+    assert restart.details.move == "spare" and restart.details.replaced == [bad]
+    assert job_state(job)["Restarts"] == "0" and not of(ev, Kind.REQUEUE)
+    (emergency,) = [e for e in of(ev, Kind.SAVE) if e.details.reason == "emergency"]
+    (resume,) = of(ev, Kind.RESUME)
+    assert resume.step == emergency.step and resume.job_step == 1
+    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+
+
+def continued_on_one_rank(ref: Path, step: int, root: Path) -> Path:
+    """The uninterrupted run's checkpoint of `step`, continued on one rank: what a run that shrank
+    to one rank there must equal, bit for bit. (`step` must still have its optimizer state: the
+    newest two checkpoints do.)"""
+    shutil.copytree(ref.parents[1], root)
+    twin = run_dir(root, ref.name)
+    for path in (twin / "checkpoints").glob("step_*"):
+        if int(path.name.split("_")[1]) > step:
+            shutil.rmtree(path)
+    code, out = finish(launch(root, ref.name, "cluster.ranks=1", "train.threads=1"))
+    assert code == 0, out
+    return twin
+
+
+def test_two_failures_with_one_spare_shrink_to_one_node_with_the_same_global_batch(idle_cluster, tmp_path):
+    ref = reference(2)
+    job = submit(tmp_path, "shrink", *DRIVEN, "cluster.spare_nodes=1", "cluster.elastic.min_nodes=1",
+                 "fault.step_sleep_s=0.1")
+    rdir = run_dir(tmp_path, "shrink")
+    wait_for_step(rdir, 155, 150)
+    kill_driven_task(job, 1)  # resumes from 150 on the spare
+    wait_until("the restarted run's checkpoint of step 175",
+               lambda: [e for e in of(events(rdir), Kind.SAVE) if e.step == 175 and e.job_step == 1], 120, 0.1)
+    kill_driven_task(job, 1, job_step=1)  # the spare is gone too: one node left
+    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    assert [r.details.move for r in of(ev, Kind.RESTART_IN_ALLOCATION)] == ["spare", "shrink"]
+    third = of(ev, Kind.ATTEMPT)[-1]
+    assert third.job_step == 2 and third.details.ntasks == 1 and job_state(job)["Restarts"] == "0"
+    (start,) = [e for e in of(ev, Kind.START) if e.job_step == 2]
+    (resume,) = [e for e in of(ev, Kind.RESUME) if e.job_step == 2]
+    assert start.details.world_size == 1 and resume.details.saved_world_size == 2 and resume.step == 175
+    # the model it shrank with is the uninterrupted run's, and so is the data position (steps x
+    # global batch), on one rank as on two
+    assert_bit_identical(final_tensors(ref, 175), final_tensors(rdir, 175))
+    for step in (175, 200):
+        state = json.loads((rdir / "checkpoints" / f"step_{step:08d}" / "train_state.json").read_text())
+        assert state["samples_consumed"] == step * 4 and state["world_size"] == (2 if step == 175 else 1)
+    twin = continued_on_one_rank(ref, 175, tmp_path / "twin")
+    assert_bit_identical(final_tensors(twin), final_tensors(rdir))
+
+
+def test_without_a_spare_below_min_nodes_the_job_requeues_without_the_lost_node(idle_cluster, tmp_path):
+    ref = reference(2)
+    job = submit(tmp_path, "requeued", *DRIVEN, "cluster.elastic.min_nodes=2")
+    rdir = run_dir(tmp_path, "requeued")
+    wait_for_step(rdir, 60, 120)
+    dead = kill_driven_task(job, 1)
+    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    (requeue,) = of(ev, Kind.REQUEUE)
+    assert requeue.details.ok and requeue.details.exclude == [dead] and requeue.details.exclude_ok, requeue
+    assert "fewer than the 2 needed" in requeue.details.reason
+    attempts = of(ev, Kind.ATTEMPT)
+    assert [a.restart for a in attempts] == [0, 1] and dead not in attempts[1].details.nodes
+    assert not of(ev, Kind.RESTART_IN_ALLOCATION) and job_state(job)["Restarts"] == "1"
+    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+
+
+def test_the_restart_reads_the_buddy_copy_when_the_dead_nodes_disk_is_gone(idle_cluster, tmp_path):
+    ref = reference(2)
+    hot = tmp_path / "hot"
+    job = submit(tmp_path, "buddy", *DRIVEN, "cluster.spare_nodes=1", f"checkpoint.hot_dir={hot}/%n")
+    rdir = run_dir(tmp_path, "buddy")
+    wait_for_step(rdir, 60, 120)
+    dead = node_of(job, 1)
+    shutil.rmtree(hot / dead)  # the node's disk, then the node
+    kill_driven_task(job, 1)
+    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    copies = of(ev, Kind.BUDDY_COPY)
+    assert copies and all(c.details.ok for c in copies[:2]), copies
+    (restart,) = of(ev, Kind.RESTART_IN_ALLOCATION)
+    assert restart.details.replaced == [dead]
+    (resume,) = of(ev, Kind.RESUME)
+    assert resume.details.source == "buddy" and resume.job_step == 1
+    # every file of the final checkpoint was brought to rank 0's node
+    first_node = sorted(of(ev, Kind.ATTEMPT)[-1].details.nodes)[0]
+    assert_bit_identical(final_tensors(ref), final_tensors(rdir, hot_root=hot / first_node / "tiny_sft" / "buddy"))
