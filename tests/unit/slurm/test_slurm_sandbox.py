@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -217,8 +218,10 @@ def test_conf_nodes_of_a_foreign_conf_is_empty() -> None:
 # The CLI's shell, where it needs neither root nor a running Slurm.
 
 
-def test_status_of_an_empty_dir_says_not_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert sandbox.main(["status", "--dir", str(tmp_path)]) == sandbox.Exit.NOT_UP
+def test_status_of_an_empty_dir_says_not_up(capsys: pytest.CaptureFixture[str]) -> None:
+    # Not tmp_path: under pytest-xdist it is longer than a state dir may be (unix socket paths).
+    with tempfile.TemporaryDirectory(dir="/tmp") as empty:
+        assert sandbox.main(["status", "--dir", empty]) == sandbox.Exit.NOT_UP
     assert "is not up" in capsys.readouterr().out
 
 
