@@ -5,8 +5,8 @@ can drain a node through `scontrol` from a bare Prolog.
 
 Modules, in the order a job uses them:
     env           SlurmEnv from the task's environment, hostlists, the rendezvous port     [pure]
-    scontrol      requeue, ExcNodeList, drain, node addresses and states, step signals: the only
-                  caller of scontrol
+    scontrol      requeue, ExcNodeList, drain, node addresses and states: the only caller of
+                  scontrol
     health_watch  the job's own node-health checks (preflight and periodic), off the loop
     task          one task's life: rank setup → runtime.job → the recovery decision → requeue
     driver        with spare nodes or elastic shrinking: runs training as job steps, restarts it

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -225,12 +226,11 @@ class SlurmDriver:
         restart_s = restart_cost_s(history, self.job_id, self.restart)
         mtbf = mtbf_s(failure_history(history, time.time()), self.cfg.checkpoint.mtbf_prior_h * 3600.0)
         grow = None if restart_s is None else placement.grow_back(alloc, restart_s, mtbf)
-        if grow is None or step.step_id is None:
+        if grow is None:
             return alloc
-        ok, message = scontrol.signal_step(self.job_id, step.step_id, self.grow_signal)
-        if not ok:
-            _say(f"could not stop step {step.step_id} to grow back: {message}")
-            return alloc
+        # To srun, which passes it on to every task of its step. Not `scancel --signal` on the
+        # step: Slurm 22.05's fails (while delivering it) for a step on part of the allocation.
+        step.proc.send_signal(signal.Signals[f"SIG{self.grow_signal}"])
         step.grow, step.grow_asked_at = grow, time.time()
         _say(f"stopping step {step.step_id} ({self.grow_signal}) to {grow.reason}")
         return alloc

@@ -1,5 +1,5 @@
 """The one place that runs `scontrol` (and `scancel`): requeue, excluded nodes, drain, node addresses
-and states, job states, signalling and cancelling. Never raises.
+and states, job states, cancelling. Never raises.
 
 Standard library only: `tools/xid_scan` drains nodes through this module from a bare Prolog.
 """
@@ -130,7 +130,3 @@ def kill_step(job_id: str, step_id: int | None) -> tuple[bool, str]:
     target = job_id if step_id is None else f"{job_id}.{step_id}"
     return scontrol("--signal=KILL", target, binary=DEFAULT_SCANCEL)
 
-
-def signal_step(job_id: str, step_id: int, signal: str) -> tuple[bool, str]:
-    """`scancel --signal=SIGNAL JOB.STEP`: to every task of that step (not the batch script)."""
-    return scontrol(f"--signal={signal}", f"{job_id}.{step_id}", binary=DEFAULT_SCANCEL)
