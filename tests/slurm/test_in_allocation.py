@@ -184,8 +184,8 @@ def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_se
     for step, world_size in ((shrunk_at, 2), (grown_at, 1), (200, 2)):
         state = json.loads((rdir / "checkpoints" / f"step_{step:08d}" / "train_state.json").read_text())
         assert (state["samples_consumed"], state["world_size"]) == (step * 4, world_size), step
-    # from the checkpoint it shrank with (the shrink test checks that one), on one rank until it
-    # grew back and on two again after it: the same models as a local run resized at those steps
+    # From the checkpoint it shrank with (the tests above check the state a run shrinks with), on
+    # one rank until it grew back and on two after it: the models of a local run resized there.
     twin = continued(rdir, shrunk_at, tmp_path / "twin", (1, grown_at), (2, 0), overrides=KEEP_EVERY_CHECKPOINT)
     assert_bit_identical(final_tensors(twin, grown_at), final_tensors(rdir, grown_at))
     assert_bit_identical(final_tensors(twin), final_tensors(rdir))
