@@ -215,8 +215,9 @@ class CheckpointConfig:
     cost of saves (time the loop was blocked) and the failure rate seen in events.jsonl across
     attempts, within [min_interval_s, max_interval_s]; replaces every_minutes."""
     mtbf_prior_h: float = 24.0
-    """Young-Daly: the mean time between failures assumed before any is observed (it counts as
-    one failure in that much time, so observed failures move the estimate gradually)."""
+    """Young-Daly, and whether a shrunk run grows back (slurm/driver.py): the mean time between
+    failures assumed before any is observed (it counts as one failure in that much time, so
+    observed failures move the estimate gradually)."""
     min_interval_s: float = 60.0
     max_interval_s: float = 3600.0
     prior_write_gb_per_s: float = 0.25

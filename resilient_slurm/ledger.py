@@ -475,28 +475,31 @@ class Requeue(Details):
 class RestartInAllocation(Details):
     """The job restarted training inside its allocation (a new job step), without the queue. The
     driver writes it once the new start took its first step (or ended without one), under the new
-    start's attempt key; its step is the last one the failed start reached."""
+    start's attempt key; its step is the last one the previous start reached."""
 
     KIND = Kind.RESTART_IN_ALLOCATION
     cause: str
-    """Why: the recovery decision's reason."""
+    """Why: the recovery decision's reason; for a grow back, the nodes back in service."""
     placement: str
-    """Where it restarts: on a spare, on fewer nodes, in place."""
+    """Where it restarts: on a spare, on fewer nodes, in place, on more nodes again."""
     replaced: list[str]
     """Nodes taken out of the run."""
     added: list[str]
-    """Spare nodes brought in."""
+    """Spare nodes brought in (for a grow back: the nodes returned to service)."""
     latency_s: float | None = None
-    """Seconds from the failure to the new start's first step (None: it never took one)."""
+    """Seconds from the failure (a grow back: the driver's stop) to the new start's first step
+    (None: it never took one)."""
     move: str | None = None
     """spare (a spare replaced a failed node), in place (no node was at fault), shrink (fewer
-    nodes than cluster.nodes)."""
+    nodes than cluster.nodes), grow (a shrunk run back on more nodes, at a checkpoint, after
+    failed nodes were returned to service)."""
     nodes: list[str] | None = None
     """The nodes the new start runs on."""
     failed_at: str | None = None
-    """UTC time the driver learned of the failure (srun's first report, or the step's end)."""
+    """UTC time the driver learned of the failure (srun's first report, or the step's end), or
+    stopped the step to grow back."""
     process_s: float | None = None
-    """Seconds from the failure to the new start's first process."""
+    """Seconds from the failure (or the stop) to the new start's first process."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -785,3 +788,24 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def read_events(path: Path) -> list[Event[Details]]:
     """Every event of a ledger, in order."""
     return [parse(r) for r in read_jsonl(path) if isinstance(r, dict)]
+
+
+def read_new_events(path: Path, offset: int) -> tuple[list[Event[Details]], int]:
+    """The events written from byte `offset` on, and the offset to read from next: a reader that
+    polls a growing ledger reads each line once. A line still being written waits for the next call."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return [], offset
+    whole = data[: data.rfind(b"\n") + 1]
+    events = []
+    for line in whole.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            events.append(parse(record))
+    return events, offset + len(whole)

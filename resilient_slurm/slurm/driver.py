@@ -17,14 +17,27 @@ stays behind in a collective or holding a GPU; the next step meets on a new port
 (`env.master_port`). The restart is recorded once the new start has taken its first step:
 `restart_in_allocation`, with the time from the failure to the first process and to that step.
 
+A node that failed is not chosen again unless it is returned to service: drained (or put on the
+exclude list) when it failed, then resumed in Slurm and off the exclude list, by a person or by
+its own health check (`placement.seen`). While a shrunk run is short of its nodes, the driver
+looks at its failed nodes at every checkpoint the step commits; when some are back and growing
+pays (`placement.grow_back`: the capacity regained until the next expected failure, from the
+ledger's failure rate and checkpoint.mtbf_prior_h, beats one restart as this allocation last
+measured it), it stops the step with the warning signal that cluster.signal is not (so its stop
+is told from the time-limit warning, which requeues); every task saves and exits, and the next
+step runs on the larger node set, resharded from that checkpoint as after a shrink.
+
 Limits: the driver lives on the allocation's first node. If that node dies the job ends with it,
-and Slurm requeues it (NODE_FAIL) through the queue, as without a driver.
+and Slurm requeues it (NODE_FAIL) through the queue, as without a driver. A time-limit warning
+that reaches a step the driver is already stopping to grow back is not told apart: the tasks
+record the first signal only, and the grown step then runs into the time limit unwarned.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -32,27 +45,31 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from resilient_slurm import recovery
 from resilient_slurm.analysis.goodput import seconds
+from resilient_slurm.checkpoint.interval import failure_history, mtbf_s
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.health import exclude_list
 from resilient_slurm.ledger import (
     FAILURES,
     Crash,
+    Event,
     EventLog,
     NodeUnhealthy,
     RestartInAllocation,
+    Save,
     Start,
     read_events,
+    read_new_events,
     select,
 )
 from resilient_slurm.ledger import GaveUp as GaveUpEvent
 from resilient_slurm.runtime.signals import install_stop_handlers
 from resilient_slurm.slurm import placement, scontrol, srun
 from resilient_slurm.slurm.env import expand_hostlist
-from resilient_slurm.slurm.placement import Allocation
+from resilient_slurm.slurm.placement import Allocation, Placement
 from resilient_slurm.slurm.step_end import judge
 from resilient_slurm.slurm.task import GaveUp, requeue
 
@@ -75,6 +92,9 @@ class _Step:
     report_times: list[float] = field(default_factory=list)
     origin: int | None = None
     """How many reports came before the step was being torn down: the rest are consequences."""
+    grow: Placement | None = None
+    """The larger placement the driver stopped this step for (a shrunk run growing back)."""
+    grow_asked_at: float = 0.0
 
     def read_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -131,12 +151,15 @@ class SlurmDriver:
         alloc = placement.initial(expand_hostlist(e["SLURM_JOB_NODELIST"]), self.cfg.cluster.nodes,
                                   min_nodes(self.cfg.cluster))
         _say(f"training on {','.join(alloc.in_use)}; spares: {','.join(alloc.spares) or 'none'}")
+        # The other warning signal than the time limit's, so the tasks' record of the stop tells
+        # the driver's own stop (grow back) from the time-limit warning (requeue).
+        self.grow_signal = "USR2" if self.cfg.cluster.signal == "USR1" else "USR1"
         pending: _Restart | None = None
         while True:
             if self.stop.requested:
                 sys.exit(int(ExitCode.RESUME))
             step = self._launch(alloc.in_use)
-            self._watch(step, pending)
+            alloc = self._watch(step, pending, alloc)
             outcome = self._conclude(step, alloc)
             if isinstance(outcome, str):
                 return outcome
@@ -155,12 +178,23 @@ class SlurmDriver:
         threading.Thread(target=step.read_stderr, name="srun-stderr", daemon=True).start()
         return step
 
-    def _watch(self, step: _Step, restart: _Restart | None) -> None:
+    def _watch(self, step: _Step, restart: _Restart | None, alloc: Allocation) -> Allocation:
         """Until srun exits: kill the step at its first bad report, and record the restart that
-        started it once its first step is written (or, without one, when it ends)."""
+        started it once its first step is written (or, without one, when it ends). A run short of
+        its nodes looks at its failed nodes at each checkpoint the step commits, and stops the step
+        to grow back when nodes were returned to service and growing pays. Returns the allocation
+        as last seen."""
         killed = False
+        ledger_at = _size(self.path / "events.jsonl")
+        if alloc.failed:  # which failed nodes are out of service now, so their return is seen later
+            alloc = placement.seen(alloc, self._usable(alloc.failed))
         while step.proc.poll() is None:
             time.sleep(POLL_S)
+            if step.grow is None and step.step_id is not None and len(alloc.in_use) < alloc.target and (
+                    alloc.failed or alloc.spares):
+                news, ledger_at = read_new_events(self.path / "events.jsonl", ledger_at)
+                if any(self._committed(e, step.step_id) for e in news):
+                    alloc = self._grow_if_it_pays(step, alloc)
             if restart is not None:
                 first_step_at = _first_step_since(self.path / "metrics.jsonl", step.launched_at)
                 if first_step_at is not None:
@@ -175,6 +209,47 @@ class SlurmDriver:
                     _say(f"could not kill step {step.step_id}: {message}")
         if restart is not None:
             self._record_restart(restart, step, _first_step_since(self.path / "metrics.jsonl", step.launched_at))
+        return alloc
+
+    def _committed(self, e: Event[Any], step_id: int) -> bool:
+        """A checkpoint this step committed on its own schedule (not the one it stops or ends with)."""
+        return isinstance(e.details, Save) and e.details.reason not in ("emergency", "final") \
+            and recovery.attempt_key(e) == (self.job_id, self.restart, step_id)
+
+    def _grow_if_it_pays(self, step: _Step, alloc: Allocation) -> Allocation:
+        """At a checkpoint: take back the failed nodes returned to service, and stop the step (it
+        saves, then exits) when growing onto them pays for the restart this allocation measured."""
+        alloc = placement.seen(alloc, self._usable(alloc.failed))
+        if not alloc.spares:
+            return alloc
+        history = read_events(self.path / "events.jsonl")
+        restart_s = restart_cost_s(history, self.job_id, self.restart)
+        mtbf = mtbf_s(failure_history(history, time.time()), self.cfg.checkpoint.mtbf_prior_h * 3600.0)
+        grow = None if restart_s is None else placement.grow_back(alloc, restart_s, mtbf)
+        if grow is None:
+            return alloc
+        # To srun, which passes it on to every task of its step. Not `scancel --signal` on the
+        # step: Slurm 22.05's fails (while delivering it) for a step on part of the allocation.
+        step.proc.send_signal(signal.Signals[f"SIG{self.grow_signal}"])
+        step.grow, step.grow_asked_at = grow, time.time()
+        _say(f"stopping step {step.step_id} ({self.grow_signal}) to {grow.reason}")
+        return alloc
+
+    def _usable(self, nodes: frozenset[str]) -> dict[str, bool]:
+        """Whether each node takes work now: in service in Slurm and not on the exclude list.
+        Empty when either cannot be read: unknown, which neither takes a node out nor brings it back."""
+        states, error = scontrol.node_states(sorted(nodes))
+        listed: set[str] = set()
+        try:
+            if self.cfg.cluster.exclude_file:
+                entries = exclude_list.load(self.cfg.cluster.exclude_file)
+                listed = {e.node for e in exclude_list.active(entries, time.time())}
+        except exclude_list.ExcludeListError as e:
+            error = str(e)
+        if error is not None:
+            _say(f"cannot tell whether failed nodes are back in service: {error}")
+            return {}
+        return {n: scontrol.in_service(state) and n not in listed for n, state in states.items() if n in nodes}
 
     def _conclude(self, step: _Step, alloc: Allocation) -> str | tuple[Allocation, _Restart]:
         """Decide after a step ended: the result when training finished, else the next allocation
@@ -201,6 +276,12 @@ class SlurmDriver:
         for task in end.untraced:
             rank = -1 if task.rank is None else task.rank
             self._log(step.step_id, rank, task.node).emit(Crash(error=task.error, traceback=""), last_step)
+        grown = step.grow
+        if grown is not None and end.code == ExitCode.RESUME and end.signal == f"SIG{self.grow_signal}" \
+                and not end.unhealthy and not self.stop.requested:
+            _say(f"restarting inside the allocation (grow): {grown.reason}")
+            return grown.allocation, _Restart(f"{', '.join(grown.added)} back in service", grown.reason, "grow", [],
+                                              list(grown.added), step.grow_asked_at, last_step)
         if end.code == ExitCode.FAILED and not end.untraced and not any(e.kind in FAILURES for e in ours):
             self._log(step.step_id).emit(Crash(error=end.error or "", traceback=""), last_step)
         events = self._log(step.step_id)
@@ -282,6 +363,21 @@ def _first_step_since(metrics: Path, since: float) -> float | None:
             continue
         return at if at >= since else None
     return None
+
+
+def restart_cost_s(history: list[Event[Any]], job_id: str, restart: int) -> float | None:
+    """What the newest restart inside this allocation took, from the failure (or the driver's stop)
+    to the new start's first step: what a grow back costs the nodes in use. None before one did."""
+    took = [r.details.latency_s for r in select(history, RestartInAllocation)
+            if (r.job_id, r.restart) == (job_id, restart) and r.details.latency_s is not None]
+    return took[-1] if took else None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _utc(epoch_s: float) -> str:

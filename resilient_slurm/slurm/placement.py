@@ -10,11 +10,14 @@ A failure that took no node out (a crash the health check found no fault behind)
 same nodes.
 
 Nodes leave the step in two ways. A node that **failed** (its verdict took it out for good, or
-the crash-loop guard pinned the failures on it) is never chosen again within this allocation:
-its fault may come back. A node that is only **out** for a repair the verdict itself prescribes
-(a GPU reset, `Action.RESET_GPU`) is not failed: when it is healthy again it returns as a spare
-(`returned`). Those returned spares are what a shrunk run grows back onto (`grow_back`), at a
-checkpoint boundary, when the capacity regained pays for the restart.
+the crash-loop guard pinned the failures on it) is never chosen again automatically within this
+allocation: its fault may come back. It becomes usable again only once it has been returned to
+service, which only a person or the node's own health check does: seen out of service after it
+failed (drained, down, on the exclude list) and in service again later (`seen`). A node that is
+only **out** for a repair the verdict itself prescribes (a GPU reset, `Action.RESET_GPU`) is not
+failed: when it is healthy again it returns as a spare (`returned`). Either way it waits as a
+spare, and spares are what a shrunk run grows back onto (`grow_back`), at a checkpoint boundary,
+when the capacity regained pays for the restart.
 
 Shared by the in-allocation driver and the simulator (`resilient_slurm.simulate`), so both take
 the same decision.
@@ -23,7 +26,7 @@ the same decision.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 
@@ -44,7 +47,9 @@ class Allocation:
     min_nodes: int
     """Fewest nodes the run may continue on (cluster.elastic.min_nodes); `target` turns shrinking off."""
     failed: frozenset[str] = frozenset()
-    """Nodes that failed in this allocation: never chosen again within it."""
+    """Nodes that failed in this allocation: never chosen again within it, unless returned to service."""
+    taken_out: frozenset[str] = frozenset()
+    """Failed nodes seen out of service since they failed: the ones that can be returned to it."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_nodes <= self.target:
@@ -105,6 +110,20 @@ def returned(alloc: Allocation, node: str) -> Allocation:
     if node in alloc.failed or node in alloc.in_use or node in alloc.spares:
         return alloc
     return replace(alloc, spares=alloc.spares + (node,))
+
+
+def seen(alloc: Allocation, usable: Mapping[str, bool]) -> Allocation:
+    """The allocation after a look at its failed nodes: `usable[node]` says whether a node takes
+    work now (in service in Slurm and not on the exclude list); a node left out is unknown.
+
+    A failed node seen unusable is taken out of service. One taken out and usable again was
+    returned to service (resumed by a person or by its own health check once fixed): it is no
+    longer failed and waits as a spare. A failed node never seen out of service stays failed,
+    however usable it looks: nobody vouched for it (a node whose task vanished is not drained)."""
+    back = tuple(sorted(n for n in alloc.failed & alloc.taken_out if usable.get(n) is True))
+    out = {n for n in alloc.failed if usable.get(n) is False}
+    return replace(alloc, spares=alloc.spares + back, failed=alloc.failed - set(back),
+                   taken_out=(alloc.taken_out | out) - set(back))
 
 
 def grow_back(alloc: Allocation, restart_s: float, mtbf_s: float) -> Placement | None:

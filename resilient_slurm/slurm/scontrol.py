@@ -1,5 +1,5 @@
-"""The one place that runs `scontrol` (and `scancel`): requeue, excluded nodes, drain, node addresses,
-job states, cancelling. Never raises.
+"""The one place that runs `scontrol` (and `scancel`): requeue, excluded nodes, drain, node addresses
+and states, job states, cancelling. Never raises.
 
 Standard library only: `tools/xid_scan` drains nodes through this module from a bare Prolog.
 """
@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 
 DEFAULT_SCONTROL = "/usr/bin/scontrol"
 """Absolute: Prologs and Epilogs run without PATH; jobs use it too, so both see the same binary."""
 DEFAULT_SCANCEL = "/usr/bin/scancel"
 SCONTROL_TIMEOUT_S = 30.0
+OUT_OF_SERVICE = ("DOWN", "DRAIN", "FAIL")
+"""Node state words (and their -ING/-ED forms) of a node that takes no work until someone returns it."""
 REASON_MAX_CHARS = 200
 
 
@@ -70,6 +73,29 @@ def node_address(node: str) -> str:
     return m.group(1) if m else node
 
 
+def node_states(nodes: Sequence[str]) -> tuple[dict[str, str], str | None]:
+    """({node: State}, None) of these nodes (`IDLE`, `ALLOCATED+DRAIN`, `DOWN*+DRAIN`, ...), or
+    ({}, why scontrol could not answer)."""
+    ok, out = scontrol("show", "node", "--oneliner", ",".join(nodes))
+    return (parse_node_states(out), None) if ok else ({}, out)
+
+
+def parse_node_states(text: str) -> dict[str, str]:
+    """{node: State} from `scontrol show node --oneliner` (one node a line; some values hold spaces)."""
+    found = {}
+    for line in text.splitlines():
+        name, state = re.search(r"\bNodeName=(\S+)", line), re.search(r"\bState=(\S+)", line)
+        if name and state:
+            found[name.group(1)] = state.group(1)
+    return found
+
+
+def in_service(state: str) -> bool:
+    """A node in this State takes work: it answers (no `*`) and is not down, drained or failed."""
+    words = state.replace("*", "+*").split("+")
+    return not any(w == "*" or w.startswith(OUT_OF_SERVICE) for w in words)
+
+
 def job_state(job_id: str) -> tuple[bool, str]:
     """(ok, JobState) of a job: PENDING, RUNNING, COMPLETED, ...; GONE once Slurm forgot it (MinJobAge
     after it ended). Not ok when scontrol could not answer: the state is unknown, not ended."""
@@ -103,3 +129,4 @@ def kill_step(job_id: str, step_id: int | None) -> tuple[bool, str]:
     driver ends a failed step at once, so no rank stays behind in a collective or on a GPU."""
     target = job_id if step_id is None else f"{job_id}.{step_id}"
     return scontrol("--signal=KILL", target, binary=DEFAULT_SCANCEL)
+

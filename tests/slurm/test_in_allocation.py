@@ -1,8 +1,9 @@
 """Restarts inside the allocation on the real local cluster: the job's driver runs training as job
 steps on two of its nodes and, when a node is lost, goes on without leaving the allocation: on a
-spare, or on fewer nodes, or (below elastic.min_nodes) through a requeue without the node. Every
-run ends bit-identical to an uninterrupted one: at the same world size, or, after a shrink, to the
-uninterrupted run's checkpoint continued on one rank.
+spare, or on fewer nodes, or (below elastic.min_nodes) through a requeue without the node; a run
+that shrank grows back once the node is returned to service. Every run ends bit-identical to an
+uninterrupted one: at the same world size, or, after a shrink, to the uninterrupted run's
+checkpoint continued on one rank (and, after growing back, on two again).
 
 A node is "lost" here by SIGKILL of its task's process (the sandbox's nodes share one machine, so
 a node cannot be switched off), or by an Xid line in its kernel log (per-node files, as in
@@ -12,10 +13,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
+from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.health import exclude_list
 from resilient_slurm.ledger import Kind
 from tests.integration.runs import assert_bit_identical, events, final_tensors, finish, launch, run_dir
 from tests.slurm.jobs import (
@@ -98,17 +102,22 @@ def test_an_xid_drains_the_node_and_the_run_continues_on_the_spare(idle_cluster,
     assert_bit_identical(final_tensors(ref), final_tensors(rdir))
 
 
-def continued_on_one_rank(ref: Path, step: int, root: Path) -> Path:
-    """The uninterrupted run's checkpoint of `step`, continued on one rank: what a run that shrank
-    to one rank there must equal, bit for bit. (`step` must still have its optimizer state: the
-    newest two checkpoints do.)"""
-    shutil.copytree(ref.parents[1], root)
-    twin = run_dir(root, ref.name)
+KEEP_EVERY_CHECKPOINT = ("checkpoint.keep_last=20", "checkpoint.optimizer_on_last=0")
+
+
+def continued(run: Path, step: int, root: Path, *legs: tuple[int, int], overrides: tuple[str, ...] = ()) -> Path:
+    """`run`'s checkpoint of `step`, continued here on `ranks` ranks until step `until` (0: the end)
+    for each (ranks, until) leg: what a run that changed its world size at those steps must equal,
+    bit for bit. (`step` must still have its optimizer state: the newest two checkpoints do.)"""
+    shutil.copytree(run.parents[1], root)
+    twin = run_dir(root, run.name)
     for path in (twin / "checkpoints").glob("step_*"):
         if int(path.name.split("_")[1]) > step:
             shutil.rmtree(path)
-    code, out = finish(launch(root, ref.name, "cluster.ranks=1", "train.threads=1"))
-    assert code == 0, out
+    for ranks, until in legs:
+        code, out = finish(launch(root, run.name, f"cluster.ranks={ranks}", "train.threads=1",
+                                  f"train.pause_at_step={until}", *overrides))
+        assert code == (ExitCode.RESUME if until else ExitCode.DONE), out
     return twin
 
 
@@ -137,7 +146,48 @@ def test_two_failures_with_one_spare_shrink_to_one_node_with_the_same_global_bat
     for step in (175, 200):
         state = json.loads((rdir / "checkpoints" / f"step_{step:08d}" / "train_state.json").read_text())
         assert state["samples_consumed"] == step * 4 and state["world_size"] == (2 if step == 175 else 1)
-    twin = continued_on_one_rank(ref, 175, tmp_path / "twin")
+    twin = continued(ref, 175, tmp_path / "twin", (1, 0))
+    assert_bit_identical(final_tensors(twin), final_tensors(rdir))
+
+
+def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_service(idle_cluster, tmp_path):
+    kmsg, exclude = tmp_path / "kmsg", tmp_path / "exclude.json"
+    kmsg.mkdir()
+    for node in NODES:
+        (kmsg / f"{node}.log").write_text("")
+    job = submit(tmp_path, "grow", *DRIVEN, *KEEP_EVERY_CHECKPOINT, "cluster.elastic.min_nodes=1",
+                 "health.check_every_s=2", "health.drain=true", f"health.kernel_log={kmsg}/%n.log",
+                 f"cluster.exclude_file={exclude}")
+    rdir = run_dir(tmp_path, "grow")
+    wait_for_step(rdir, 40, 120)
+    bad = node_of(job, 1)
+    with open(kmsg / f"{bad}.log", "a") as f:
+        f.write(f"[ 1234.567890] {XID_LINES[79]}\n")
+    wait_until("the run to continue on one node", lambda: of(events(rdir), Kind.RESTART_IN_ALLOCATION), 120, 0.1)
+    # The repair done, a person returns the node to service: a clean log, off the list, resumed.
+    (kmsg / f"{bad}.log").write_text("")
+    exclude_list.clear(str(exclude), [bad], time.time())
+    idle_cluster.run("scontrol", "update", f"nodename={bad}", "state=resume")
+    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    shrink, grow = of(ev, Kind.RESTART_IN_ALLOCATION)
+    assert (shrink.details.move, shrink.details.replaced) == ("shrink", [bad])
+    assert (grow.details.move, grow.details.replaced, grow.details.added) == ("grow", [], [bad])
+    assert sorted(grow.details.nodes) == sorted(of(ev, Kind.ATTEMPT)[0].details.nodes) and 0 < grow.details.latency_s
+    assert [s.details.signal for s in of(ev, Kind.SIGNAL)] == ["SIGUSR2"]  # the driver's stop, not a time limit
+    assert job_state(job)["Restarts"] == "0" and not of(ev, Kind.REQUEUE)
+    assert [(a.job_step, a.details.ntasks) for a in of(ev, Kind.ATTEMPT)] == [(0, 2), (1, 1), (2, 2)]
+    resumed = {e.job_step: e for e in of(ev, Kind.RESUME)}
+    shrunk_at, grown_at = resumed[1].step, resumed[2].step
+    assert (resumed[1].details.saved_world_size, resumed[2].details.saved_world_size) == (2, 1)
+    for step, world_size in ((shrunk_at, 2), (grown_at, 1), (200, 2)):
+        state = json.loads((rdir / "checkpoints" / f"step_{step:08d}" / "train_state.json").read_text())
+        assert (state["samples_consumed"], state["world_size"]) == (step * 4, world_size), step
+    # From the checkpoint it shrank with (the tests above check the state a run shrinks with), on
+    # one rank until it grew back and on two after it: the models of a local run resized there.
+    twin = continued(rdir, shrunk_at, tmp_path / "twin", (1, grown_at), (2, 0), overrides=KEEP_EVERY_CHECKPOINT)
+    assert_bit_identical(final_tensors(twin, grown_at), final_tensors(rdir, grown_at))
     assert_bit_identical(final_tensors(twin), final_tensors(rdir))
 
 

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from resilient_slurm import ledger
-from resilient_slurm.ledger import CATALOG, EventLog, Kind, parse, read_events, select
+from resilient_slurm.ledger import (
+    CATALOG,
+    EventLog,
+    Kind,
+    parse,
+    read_events,
+    read_new_events,
+    select,
+)
 from resilient_slurm.recovery import Action, decide
 
 GOLDEN = Path(__file__).parent / "golden" / "ledger_before_typing.jsonl"
@@ -69,3 +77,17 @@ def test_ledgers_written_before_the_catalog_read_with_every_field_known():
     job = [e for e in events if e.job_id == "21"]
     assert decide(1, None, "InjectedFault", job, max_restarts=1).action is Action.GIVE_UP
     assert [s.step for s in select(events, ledger.Save) if s.details.reason == "emergency"] == [201]
+
+
+def test_a_ledger_is_read_on_from_where_the_last_read_ended(tmp_path):
+    path = tmp_path / "events.jsonl"
+    assert read_new_events(path, 0) == ([], 0)
+    EventLog(path).emit(ledger.Finish(tokens_seen=1), 3)
+    (first,), at = read_new_events(path, 0)
+    with open(path, "ab") as f:
+        f.write(b'{"time": "2026-12-01T00:00:00Z", "event": "fin')  # a line still being written
+    assert first.step == 3 and read_new_events(path, at) == ([], at)
+    with open(path, "ab") as f:
+        f.write(b'ish", "step": 4, "rank": 0}\n')
+    (second,), _ = read_new_events(path, at)
+    assert second.step == 4 and second.kind.value == "finish"

@@ -126,3 +126,17 @@ def test_rendered_sbatch_of_a_driven_job_runs_python_in_the_batch_script(tmp_pat
     lines = text.splitlines()
     assert "#SBATCH --nodes=3" in lines and "#SBATCH --no-kill" in lines
     assert "python -u -m x" in lines and not any(line.startswith("srun") for line in lines)
+
+
+def test_a_grow_back_is_priced_at_the_newest_restart_this_allocation_measured():
+    from resilient_slurm.slurm.driver import restart_cost_s
+
+    def restart(latency_s, restart=0):
+        return parse({"event": "restart_in_allocation", "rank": -1, "step": 9, "job_id": "7", "restart": restart,
+                      "job_step": 1, "cause": "c", "placement": "p", "replaced": [], "added": [],
+                      "latency_s": latency_s})
+
+    assert restart_cost_s([], "7", 0) is None
+    assert restart_cost_s([restart(20.5), restart(12.0), restart(None)], "7", 0) == 12.0
+    assert restart_cost_s([restart(12.0, restart=1)], "7", 0) is None  # another allocation's
+

@@ -90,3 +90,41 @@ def test_scontrol_finishes_even_when_the_job_is_being_sent_sigterm(tmp_path):
     ok, out = scontrol("update", "jobid=7", "ExcNodeList=n1", binary=str(fake))
     assert ok and out.strip() == "updated update jobid=7 ExcNodeList=n1"
     assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())  # the caller's mask is restored
+
+
+# `scontrol show node --oneliner n1,n2` of Slurm 22.05 (the sandbox's), n2 drained by the health
+# check while the job held it: values with spaces (OS=, Reason=) must not shift the fields.
+SHOW_NODES = (
+    "NodeName=n1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=1 CPUEfctv=2 CPUTot=2 CPULoad=2.26 NodeAddr=127.0.0.1 "
+    "NodeHostName=localhost Port=17001 Version=22.05.8 OS=Linux 6.18.44-fc-v657 #1 SMP PREEMPT_DYNAMIC @0  "
+    "RealMemory=4000 AllocMem=0 FreeMem=14070 Sockets=2 Boards=1 State=ALLOCATED ThreadsPerCore=1 TmpDisk=0 "
+    "Partitions=debug,high  CfgTRES=cpu=2,mem=4000M,billing=2 AllocTRES=cpu=1\n"
+    "NodeName=n2 Arch=x86_64 CoresPerSocket=1  CPUAlloc=1 CPUEfctv=2 CPUTot=2 CPULoad=2.26 NodeAddr=127.0.0.1 "
+    "NodeHostName=localhost Port=17002 Version=22.05.8 OS=Linux 6.18.44-fc-v657 #1 SMP PREEMPT_DYNAMIC @0  "
+    "RealMemory=4000 AllocMem=0 FreeMem=14070 Sockets=2 Boards=1 State=ALLOCATED+DRAIN ThreadsPerCore=1 "
+    "Partitions=debug,high  CfgTRES=cpu=2,mem=4000M,billing=2 AllocTRES=cpu=1 "
+    "Reason=resilient_slurm: node n2: Xid 79 State=IDLE [root@2026-12-01T13:20:01]\n"
+)
+
+
+def test_node_states_from_scontrol_show_node():
+    from resilient_slurm.slurm.scontrol import parse_node_states
+
+    assert parse_node_states(SHOW_NODES) == {"n1": "ALLOCATED", "n2": "ALLOCATED+DRAIN"}
+    assert parse_node_states("") == {}
+
+
+@pytest.mark.parametrize(
+    "state, takes_work",
+    [
+        ("IDLE", True), ("ALLOCATED", True), ("MIXED", True), ("IDLE+COMPLETING", True), ("ALLOCATED+RESERVED", True),
+        # out until a person or its own health check returns it to service
+        ("ALLOCATED+DRAIN", False), ("IDLE+DRAIN", False), ("DOWN", False), ("DOWN*+DRAIN", False),
+        ("IDLE+FAIL", False), ("MIXED+FAILING", False),
+        ("IDLE*", False),  # not responding
+    ],
+)
+def test_a_node_in_service_takes_work(state, takes_work):
+    from resilient_slurm.slurm.scontrol import in_service
+
+    assert in_service(state) is takes_work

@@ -1,6 +1,6 @@
 import pytest
 
-from resilient_slurm.slurm.placement import Allocation, Move, after_failure, grow_back, returned
+from resilient_slurm.slurm.placement import Allocation, Move, after_failure, grow_back, returned, seen
 
 
 def alloc(in_use="abcd", spares="xy", target=4, min_nodes=None, failed=""):
@@ -68,6 +68,42 @@ def test_grow_back(in_use, spares, target, restart_s, mtbf_s, grows, new_in_use)
     if p is not None:
         assert p.allocation.in_use == tuple(new_in_use)
         assert set(p.allocation.spares) == set(spares) - set(new_in_use)
+
+
+@pytest.mark.parametrize(
+    "failed, taken_out, usable, spares, still_failed, now_out",
+    [
+        # a failed node seen drained (or on the exclude list) is taken out of service
+        ("c", "", {"c": False}, "", "c", "c"),
+        # taken out, then resumed and off the exclude list: returned to service, a spare again
+        ("c", "c", {"c": True}, "c", "", ""),
+        # still out: it stays failed
+        ("c", "c", {"c": False}, "", "c", "c"),
+        # never seen out of service (its task vanished; nobody drained it): usable-looking, still failed
+        ("c", "", {"c": True}, "", "c", ""),
+        # unknown (scontrol did not answer): nothing changes
+        ("c", "c", {}, "", "c", "c"),
+        # each node on its own
+        ("cd", "cd", {"c": True, "d": False}, "c", "d", "d"),
+    ],
+)
+def test_a_failed_node_comes_back_only_once_returned_to_service(failed, taken_out, usable, spares, still_failed,
+                                                               now_out):
+    a = Allocation(("a", "b"), (), 4, 1, frozenset(failed), frozenset(taken_out))
+    b = seen(a, usable)
+    assert (b.spares, b.failed, b.taken_out) == (tuple(spares), frozenset(still_failed), frozenset(now_out))
+    assert b.in_use == a.in_use
+
+
+def test_a_shrunk_run_grows_back_onto_a_node_returned_to_service_and_it_can_fail_again():
+    shrunk = after_failure(alloc(in_use="ab", spares="", target=2, min_nodes=1), ("b",)).allocation
+    assert shrunk.in_use == ("a",) and grow_back(shrunk, 10.0, 3600.0) is None  # b failed: never chosen automatically
+    drained = seen(shrunk, {"b": False})
+    grow = grow_back(seen(drained, {"b": True}), 10.0, 3600.0)
+    assert grow is not None and grow.added == ("b",) and grow.allocation.in_use == ("a", "b")
+    assert not grow.allocation.failed and not grow.allocation.taken_out and not grow.allocation.spares
+    again = after_failure(grow.allocation, ("b",))
+    assert again.move is Move.SHRINK and again.allocation.failed == {"b"} and not again.allocation.taken_out
 
 
 def test_bad_floor_is_refused_with_the_fix():
