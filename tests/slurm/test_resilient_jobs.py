@@ -40,11 +40,12 @@ def attempts(ev):
 
 
 def test_time_limit_warning_saves_requeues_and_resumes_bit_identical(slurm_cluster, tmp_path):
-    steps = ["train.max_steps=400"]
+    steps = ["train.max_steps=300"]
     ref = reference(2, *steps)
-    # A 2-minute limit with a 30 s warning: the warning comes 60-90 s in, before 400 paced steps end.
+    # A 2-minute limit with a 30 s warning: Slurm sends it 30-90 s in (up to 60 s early), before
+    # 300 steps paced at 0.3 s end (about 100 s after the first step).
     job = submit(tmp_path, "timed", *TWO_NODES, *steps, "cluster.time_min=2", "cluster.signal_lead_s=30",
-                 "fault.step_sleep_s=0.25")
+                 "fault.step_sleep_s=0.3")
     rdir = run_dir(tmp_path, "timed")
     assert wait_for_end(job, rdir, 330) == "COMPLETED", describe(job, rdir)
 
@@ -55,9 +56,9 @@ def test_time_limit_warning_saves_requeues_and_resumes_bit_identical(slurm_clust
     assert "SIGUSR1" in requeue.details.reason and requeue.details.ok
     assert "SIGUSR1" in attempts(ev)[1].details.cause
     saves = [e for e in ev if e.kind is Kind.SAVE and e.details.reason == "emergency"]
-    assert len(saves) == 1 and 0 < saves[0].step < 400
+    assert len(saves) == 1 and 0 < saves[0].step < 300
     assert [e.details.signal for e in ev if e.kind is Kind.SIGNAL] == ["SIGUSR1", "SIGUSR1"]  # both ranks
-    assert_bit_identical(final_tensors(ref, 400), final_tensors(rdir, 400))
+    assert_bit_identical(final_tensors(ref, 300), final_tensors(rdir, 300))
 
 
 def test_scontrol_requeue_mid_run_resumes_bit_identical(slurm_cluster, tmp_path):
