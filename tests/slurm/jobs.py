@@ -14,6 +14,10 @@ from pathlib import Path
 
 from tests.integration.runs import REPO, SMALL, events, finish, launch, run_dir
 
+# Shorter than runs.SMALL's 200 steps: every failure these tests inject comes by step 70, and each
+# step of a Slurm test runs beside the CPU-bound tests. A test that needs more steps says so.
+SLURM_STEPS = "train.max_steps=120"
+
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "PREEMPTED"}
 
 
@@ -21,7 +25,7 @@ def submit(root: Path, name: str, *overrides: str) -> str:
     """`python -m resilient_slurm.launch ... cluster=slurm`; returns the job id it printed."""
     done = subprocess.run(
         [sys.executable, "-m", "resilient_slurm.launch", *SMALL, "cluster=slurm", f"run.root={root}",
-         f"run.name={name}", "train.threads=1", *overrides],
+         f"run.name={name}", "train.threads=1", SLURM_STEPS, *overrides],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -38,7 +42,7 @@ def reference(ranks: int, *overrides: str) -> Path:
     if key not in _references:
         root = Path(tempfile.mkdtemp(prefix="resilient-reference-"))
         atexit.register(shutil.rmtree, root, True)
-        code, out = finish(launch(root, "ref", f"cluster.ranks={ranks}", "train.threads=1", *overrides))
+        code, out = finish(launch(root, "ref", f"cluster.ranks={ranks}", "train.threads=1", SLURM_STEPS, *overrides))
         assert code == 0, out
         _references[key] = run_dir(root, "ref")
     return _references[key]

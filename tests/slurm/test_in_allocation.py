@@ -122,8 +122,9 @@ def continued(run: Path, step: int, root: Path, *legs: tuple[int, int], override
 
 
 def test_two_failures_with_one_spare_shrink_to_one_node_with_the_same_global_batch(idle_cluster, tmp_path):
-    ref = reference(2)
-    job = submit(tmp_path, "shrink", *DRIVEN, "cluster.spare_nodes=1", "cluster.elastic.min_nodes=1",
+    steps = "train.max_steps=200"  # two failures, each after a checkpoint of its own
+    ref = reference(2, steps)
+    job = submit(tmp_path, "shrink", *DRIVEN, steps, "cluster.spare_nodes=1", "cluster.elastic.min_nodes=1",
                  "fault.step_sleep_s=0.1")
     rdir = run_dir(tmp_path, "shrink")
     wait_for_step(rdir, 155, 150)
@@ -155,7 +156,7 @@ def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_se
     kmsg.mkdir()
     for node in NODES:
         (kmsg / f"{node}.log").write_text("")
-    job = submit(tmp_path, "grow", *DRIVEN, *KEEP_EVERY_CHECKPOINT, "cluster.elastic.min_nodes=1",
+    job = submit(tmp_path, "grow", *DRIVEN, "train.max_steps=200", *KEEP_EVERY_CHECKPOINT, "cluster.elastic.min_nodes=1",
                  "health.check_every_s=2", "health.drain=true", f"health.kernel_log={kmsg}/%n.log",
                  f"cluster.exclude_file={exclude}")
     rdir = run_dir(tmp_path, "grow")
