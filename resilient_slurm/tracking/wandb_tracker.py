@@ -33,7 +33,7 @@ from typing import Any
 
 from resilient_slurm.analysis.metrics import read_metrics
 from resilient_slurm.config import Config, to_dict
-from resilient_slurm.ledger import Event, parse
+from resilient_slurm.ledger import read_new_events
 from resilient_slurm.tracking import wandb_files
 from resilient_slurm.tracking.base import Table
 from resilient_slurm.tracking.history import (
@@ -136,7 +136,7 @@ class WandbTracker:
             time.sleep(0.05)
 
     def _send(self, rows: list[Row]) -> None:
-        events, offset = read_ledger(self.ledger, self.ledger_offset)
+        events, offset = read_new_events(self.ledger, self.ledger_offset)
         if not rows and events and self.last_sent is not None:
             rows = [(self.last_sent, {})]
         if not rows:
@@ -164,26 +164,6 @@ def _highest_step_on_disk(wandb_dir: Path, run_id: str) -> int | None:
     except Exception as e:  # noqa: BLE001 - protobuf and format errors alike
         log.warning("wandb: cannot read back %s (%s: %s); continuing from %s", wandb_dir, type(e).__name__, e, MARK)
         return None
-
-
-def read_ledger(path: Path, offset: int) -> tuple[list[Event[Any]], int]:
-    """The complete ledger lines after byte `offset`, and the offset after them."""
-    if not path.exists():
-        return [], offset
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read()
-    end = data.rfind(b"\n") + 1
-    events: list[Event[Any]] = []
-    for line in data[:end].splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            events.append(parse(record))
-    return events, offset + end
-
 
 
 def _sweep_group(cfg: Config) -> str | None:

@@ -16,7 +16,8 @@ from tests.integration.runs import REPO, SMALL, events, finish, launch, run_dir
 
 # Shorter than runs.SMALL's 200 steps: every failure these tests inject comes by step 70, and each
 # step of a Slurm test runs beside the CPU-bound tests. A test that needs more steps says so.
-SLURM_STEPS = "train.max_steps=120"
+STEPS = 120
+SLURM_STEPS = f"train.max_steps={STEPS}"
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "PREEMPTED"}
 

@@ -23,6 +23,7 @@ from resilient_slurm.health import exclude_list
 from resilient_slurm.ledger import Kind
 from tests.integration.runs import assert_bit_identical, events, final_tensors, finish, launch, run_dir
 from tests.slurm.jobs import (
+    STEPS,
     describe,
     driven_task,
     job_state,
@@ -70,7 +71,7 @@ def test_a_killed_rank_continues_on_the_spare_in_the_same_job(idle_cluster, tmp_
     assert 0 < r.process_s < r.latency_s < 60, r
     lost = [e for e in of(ev, Kind.CRASH) if e.node == dead]
     assert lost and lost[0].details.error.startswith(f"TaskLost: task 1 on {dead} ended without a trace (Killed)")
-    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
 def test_an_xid_drains_the_node_and_the_run_continues_on_the_spare(idle_cluster, tmp_path):
@@ -99,7 +100,7 @@ def test_an_xid_drains_the_node_and_the_run_continues_on_the_spare(idle_cluster,
     (emergency,) = [e for e in of(ev, Kind.SAVE) if e.details.reason == "emergency"]
     (resume,) = of(ev, Kind.RESUME)
     assert resume.step == emergency.step and resume.job_step == 1
-    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
 KEEP_EVERY_CHECKPOINT = ("checkpoint.keep_last=20", "checkpoint.optimizer_on_last=0")
@@ -207,7 +208,7 @@ def test_without_a_spare_below_min_nodes_the_job_requeues_without_the_lost_node(
     attempts = of(ev, Kind.ATTEMPT)
     assert [a.restart for a in attempts] == [0, 1] and dead not in attempts[1].details.nodes
     assert not of(ev, Kind.RESTART_IN_ALLOCATION) and job_state(job)["Restarts"] == "1"
-    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
 def test_the_restart_reads_the_buddy_copy_when_the_dead_nodes_disk_is_gone(idle_cluster, tmp_path):
@@ -230,4 +231,5 @@ def test_the_restart_reads_the_buddy_copy_when_the_dead_nodes_disk_is_gone(idle_
     assert resume.details.source == "buddy" and resume.job_step == 1
     # every file of the final checkpoint was brought to rank 0's node
     first_node = sorted(of(ev, Kind.ATTEMPT)[-1].details.nodes)[0]
-    assert_bit_identical(final_tensors(ref), final_tensors(rdir, hot_root=hot / first_node / "tiny_sft" / "buddy"))
+    assert_bit_identical(final_tensors(ref, STEPS),
+                         final_tensors(rdir, STEPS, hot_root=hot / first_node / "tiny_sft" / "buddy"))

@@ -20,6 +20,8 @@ from tests.integration.runs import (
     run_dir,
 )
 from tests.slurm.jobs import (
+    SLURM_STEPS,
+    STEPS,
     describe,
     job_state,
     kill_task,
@@ -76,7 +78,7 @@ def test_scontrol_requeue_mid_run_resumes_bit_identical(slurm_cluster, tmp_path)
     assert not [e for e in ev if e.kind is Kind.REQUEUE]  # Slurm requeued it, the job did not
     (resume,) = [e for e in ev if e.kind is Kind.RESUME]
     assert resume.step == stop[0].step
-    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
 def test_preemption_saves_within_grace_requeues_and_resumes_bit_identical(slurm_cluster, tmp_path):
@@ -97,7 +99,7 @@ def test_preemption_saves_within_grace_requeues_and_resumes_bit_identical(slurm_
     signal = [e for e in ev if e.kind is Kind.SIGNAL][0]
     assert signal.details.signal == "SIGUSR1"  # preempt_send_user_signal: the job's own warning signal
     assert emergency.step == signal.step
-    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
 @pytest.mark.parametrize("victim", [0, 1])
@@ -117,7 +119,7 @@ def test_a_killed_rank_ends_the_attempt_and_the_job_requeues_and_finishes(slurm_
     (requeue,) = [e for e in ev if e.kind is Kind.REQUEUE]
     assert requeue.details.reason.startswith("failed after saving progress; requeued") and requeue.details.ok
     assert [e.restart for e in attempts(ev)] == [0, 1]
-    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
 def test_the_same_crash_every_attempt_stops_after_the_restart_budget(slurm_cluster, tmp_path):
@@ -152,7 +154,7 @@ def test_an_injected_hang_is_ended_requeued_and_finishes(slurm_cluster, tmp_path
     assert "hang: no step completed" in requeue.details.reason and requeue.details.ok
     assert [e.restart for e in attempts(ev)] == [0, 1]
     assert attempts(ev)[1].details.cause == requeue.details.reason
-    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
 def test_a_two_point_sweep_submits_two_resilient_jobs(slurm_cluster, tmp_path):
@@ -177,7 +179,7 @@ def test_the_sbatch_template_requeued_once_finishes(slurm_cluster, tmp_path):
     job = slurm_cluster.run(
         "sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--time=10", f"--output={out}", f"--chdir={REPO}",
         str(REPO / "sbatch" / "train.sbatch"), *SMALL, f"run.root={tmp_path}", "run.name=templated",
-        "train.threads=1", "fault.step_sleep_s=0.05", "cluster.collective_timeout_s=60",
+        "train.threads=1", SLURM_STEPS, "fault.step_sleep_s=0.05", "cluster.collective_timeout_s=60",
     ).strip()
     slurm_cluster.submitted.append(job)
     rdir = run_dir(tmp_path, "templated")
@@ -189,7 +191,7 @@ def test_the_sbatch_template_requeued_once_finishes(slurm_cluster, tmp_path):
     assert [e.restart for e in attempts(ev)] == [0, 1]
     log = out.read_text()
     assert log.count(f"job {job}, restart") == 2  # --open-mode=append kept the first run's output
-    assert_bit_identical(final_tensors(ref), final_tensors(rdir))
+    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
 def test_a_job_cancelled_by_its_user_saves_and_does_not_requeue(slurm_cluster, tmp_path):
