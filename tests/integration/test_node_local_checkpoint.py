@@ -10,7 +10,6 @@ else (the save protocol, the transfers, the load) is what a job runs."""
 
 import os
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
@@ -27,17 +26,12 @@ from resilient_slurm.runtime import parallel
 from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
 from resilient_slurm.workload.model import token_loss_sum
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 
 MODEL = ModelConfig(vocab_size=515, hidden_size=66, intermediate_size=128, num_layers=2, num_heads=3,
                     num_kv_heads=1, max_seq_len=32)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _setup(rank, world, port, nodes, tmp, seed):
@@ -98,7 +92,7 @@ def _resume(rank, world, port, nodes, tmp, expect_step, expect_source):
 
 
 def _run(fn, nodes, tmp, *args):
-    mp.spawn(fn, args=(len(nodes), _free_port(), nodes, str(tmp), *args), nprocs=len(nodes), join=True)
+    mp.spawn(fn, args=(len(nodes), free_port(), nodes, str(tmp), *args), nprocs=len(nodes), join=True)
 
 
 def run_root(tmp, node):

@@ -5,7 +5,6 @@ the step a clean run at that micro-batch takes, and so is the step after it (not
 attempt survives in the gradients or in FSDP2's state). torch.OutOfMemoryError is raised by hand
 (there is no GPU here): it is the type the CUDA allocator raises, at the same places."""
 
-import socket
 from collections.abc import Callable
 
 import pytest
@@ -19,18 +18,13 @@ from resilient_slurm.runtime.oom import StepOutOfMemory
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
 from resilient_slurm.runtime.step import Trainer
 from resilient_slurm.workload.batches import Batch, rank_micro_batches
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 
 MODEL = ModelConfig(vocab_size=128, hidden_size=64, intermediate_size=160, num_layers=3, num_heads=4,
                     num_kv_heads=2, max_seq_len=32)
 ROWS, SEQ, WORLD = 8, 16, 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Once:
@@ -131,4 +125,4 @@ def _worker(rank: int, port: int) -> None:
 
 
 def test_an_oom_on_one_rank_is_agreed_and_the_step_redone_at_half_the_micro_batch_is_exact():
-    mp.spawn(_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(),), nprocs=WORLD, join=True)

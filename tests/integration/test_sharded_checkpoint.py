@@ -3,7 +3,6 @@ their own rows; M ranks then restore exactly the saved model and optimizer value
 the byte ranges of its rows. 2 -> 1, 1 -> 2 and 2 -> 4."""
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from resilient_slurm.runtime import parallel
 from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
 from resilient_slurm.workload.model import token_loss_sum
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -28,12 +28,6 @@ pytestmark = pytest.mark.slow
 # Large enough (22 MB of weights) that a file spans many CRC chunks, so reading part of one is possible.
 MODEL = ModelConfig(vocab_size=8195, hidden_size=258, intermediate_size=512, num_layers=2, num_heads=3,
                     num_kv_heads=1, max_seq_len=32)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _setup(rank: int, world: int, port: int, seed: int):
@@ -87,7 +81,7 @@ def _load(rank: int, world: int, port: int, root: str) -> None:
 
 
 def _run(fn, world: int, root: Path) -> None:
-    mp.spawn(fn, args=(world, _free_port(), str(root)), nprocs=world, join=True)
+    mp.spawn(fn, args=(world, free_port(), str(root)), nprocs=world, join=True)
 
 
 @pytest.mark.parametrize("saved, loaded", [(2, 1), (2, 4), (1, 2)])
