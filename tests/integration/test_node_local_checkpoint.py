@@ -8,18 +8,15 @@ incomplete and the resume falls back to the one before it.
 The node names are given to each process (RankInfo.node) rather than taken from Slurm; everything
 else (the save protocol, the transfers, the load) is what a job runs."""
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
-from safetensors.torch import load_file, save_file
-from torch.distributed.tensor import DTensor
 
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
-from resilient_slurm.checkpoint.state import capture_snapshot, local_rows
+from resilient_slurm.checkpoint.state import capture_snapshot
 from resilient_slurm.config import CheckpointConfig, ClusterConfig, Config, ModelConfig
 from resilient_slurm.ledger import EventLog, read_events
 from resilient_slurm.runtime import parallel
@@ -27,6 +24,7 @@ from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
 from resilient_slurm.workload.model import token_loss_sum
 from tests.ports import free_port
+from tests.sharded_reference import assert_holds_reference_rows, write_reference
 
 pytestmark = pytest.mark.slow
 
@@ -62,12 +60,7 @@ def _save(rank, world, port, nodes, tmp):
         ckpt.save(step, capture_snapshot(model, optimizer, scheduler, {"step": step}), "periodic" if step == 1 else
                   "pause")
         ckpt.saver.wait()
-    full = {f"model/{n}": p.full_tensor() for n, p in model.named_parameters()}
-    for p, name in ((p, n) for n, p in model.named_parameters()):
-        for key, value in optimizer.state[p].items():
-            full[f"optim/{name}.{key}"] = value.full_tensor() if isinstance(value, DTensor) else value
-    if rank == 0:
-        save_file({k: v.contiguous() for k, v in full.items()}, os.path.join(tmp, "reference.safetensors"))
+    write_reference(model, optimizer, rank, tmp)
     ckpt.close()
     comm.close()
 
@@ -79,14 +72,7 @@ def _resume(rank, world, port, nodes, tmp, expect_step, expect_source):
     got = (outcome.restored.train_state["step"], outcome.restored.source)
     assert got == (expect_step, expect_source), (got, outcome.skipped)
     if expect_step == 2:
-        ref = load_file(os.path.join(tmp, "reference.safetensors"))
-        for name, p in model.named_parameters():
-            start, stop = local_rows(p)
-            assert torch.equal(p.to_local(), ref[f"model/{name}"][start:stop]), name
-            for key, value in optimizer.state[p].items():
-                expected = ref[f"optim/{name}.{key}"]
-                got = value.to_local() if isinstance(value, DTensor) else value
-                assert torch.equal(got, expected[start:stop] if expected.ndim else expected), f"{name}.{key}"
+        assert_holds_reference_rows(model, optimizer, tmp)
     ckpt.close()
     comm.close()
 

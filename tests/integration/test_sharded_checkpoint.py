@@ -2,18 +2,15 @@
 their own rows; M ranks then restore exactly the saved model and optimizer values, each reading only
 the byte ranges of its rows. 2 -> 1, 1 -> 2 and 2 -> 4."""
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
-from safetensors.torch import load_file, save_file
-from torch.distributed.tensor import DTensor
 
 from resilient_slurm.checkpoint.load import load_into
 from resilient_slurm.checkpoint.save import save
-from resilient_slurm.checkpoint.state import capture_snapshot, local_rows
+from resilient_slurm.checkpoint.state import capture_snapshot
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.config import Config, ModelConfig
 from resilient_slurm.runtime import parallel
@@ -21,6 +18,7 @@ from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
 from resilient_slurm.workload.model import token_loss_sum
 from tests.ports import free_port
+from tests.sharded_reference import assert_holds_reference_rows, write_reference
 
 pytestmark = pytest.mark.slow
 
@@ -51,13 +49,7 @@ def _save(rank: int, world: int, port: int, root: str) -> None:
         optimizer.zero_grad()
     snap = capture_snapshot(model, optimizer, scheduler, {"step": 2})
     save(Path(root), 2, snap, comm, max_shard_bytes=1 << 30, io_threads=2)
-    # The reference: every value, gathered whole.
-    full = {f"model/{n}": p.full_tensor() for n, p in model.named_parameters()}
-    for p, name in ((p, n) for n, p in model.named_parameters()):
-        for key, value in optimizer.state[p].items():
-            full[f"optim/{name}.{key}"] = value.full_tensor() if isinstance(value, DTensor) else value
-    if rank == 0:
-        save_file({k: v.contiguous() for k, v in full.items()}, os.path.join(root, "reference.safetensors"))
+    write_reference(model, optimizer, rank, root)  # every value, gathered whole
     comm.close()
 
 
@@ -65,14 +57,7 @@ def _load(rank: int, world: int, port: int, root: str) -> None:
     comm, cfg, model, optimizer, scheduler = _setup(rank, world, port, seed=99)  # other weights, no state
     path = Path(root) / "step_00000002"
     restored = load_into(path, verify(path).manifest, rank, model, optimizer, scheduler, io_threads=2)
-    ref = load_file(os.path.join(root, "reference.safetensors"))
-    for name, p in model.named_parameters():
-        start, stop = local_rows(p)
-        assert torch.equal(p.to_local(), ref[f"model/{name}"][start:stop]), name
-        for key, value in optimizer.state[p].items():
-            expected = ref[f"optim/{name}.{key}"]
-            got = value.to_local() if isinstance(value, DTensor) else value
-            assert torch.equal(got, expected[start:stop] if expected.ndim else expected), f"{name}.{key}"
+    assert_holds_reference_rows(model, optimizer, root)
     files = sum(e.nbytes for rel, e in verify(path).manifest.files.items() if rel.endswith(".safetensors"))
     saved_world = verify(path).manifest.world_size
     if world > saved_world:  # this rank reads its rows only: a fraction of the files, plus chunk rounding
