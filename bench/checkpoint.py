@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from resilient_slurm.checkpoint.async_save import AsyncSaver  # noqa: E402
 from resilient_slurm.checkpoint.load import load_into  # noqa: E402
 from resilient_slurm.checkpoint.save import save  # noqa: E402
+from resilient_slurm.checkpoint.train_state import TrainState  # noqa: E402
 from resilient_slurm.checkpoint.state import (  # noqa: E402
     Snapshot,
     capture_snapshot,
@@ -61,7 +62,7 @@ from resilient_slurm.checkpoint.verify import verify  # noqa: E402
 from resilient_slurm.config import CheckpointConfig, ModelConfig, OptimConfig  # noqa: E402
 from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
-from resilient_slurm.workload.model import plain_model  # noqa: E402
+from resilient_slurm.model.decoder import plain_model  # noqa: E402
 
 SAVES = ("project", "torch.save", "safetensors", "DCP")
 ASYNC = ("project", "DCP")
@@ -124,7 +125,7 @@ class Methods:
         self.stager = DefaultStager(StagingOptions(False, False, False, False))
 
     def snapshot(self) -> Snapshot:
-        return capture_snapshot(self.model, self.opt, self.sched, {"step": 1})
+        return capture_snapshot(self.model, self.opt, self.sched, TrainState(step=1))
 
     def dcp_state(self) -> dict:
         msd, osd = get_state_dict(self.model, self.opt)

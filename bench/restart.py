@@ -36,8 +36,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from resilient_slurm.analysis.goodput import account, seconds  # noqa: E402
-from resilient_slurm.analysis.metrics import lost_path, read_metrics  # noqa: E402
+from resilient_slurm.analysis.goodput import account  # noqa: E402
+from resilient_slurm.rundir.metrics import lost_path, read_metrics  # noqa: E402
+from resilient_slurm.files import stamp_seconds  # noqa: E402
 from resilient_slurm.ledger import Start, read_events, select  # noqa: E402
 
 TINY = ["+experiment=tiny_sft", "model.hidden_size=64", "model.intermediate_size=160", "model.num_layers=2",
@@ -91,8 +92,8 @@ def one_run(root: Path, name: str, extra: list[str]) -> dict[str, float | None]:
     if len(acc.attempts) < 2 or not acc.finished:
         sys.exit(f"bench/restart.py: {name} did not restart and finish: {[a.outcome for a in acc.attempts]}")
     second = acc.attempts[1]
-    started = [seconds(s.details.process_started) for s in select(events, Start)
-               if s.details.process_started and seconds(s.details.process_started) > killed_at]
+    started = [stamp_seconds(s.details.process_started) for s in select(events, Start)
+               if s.details.process_started and stamp_seconds(s.details.process_started) > killed_at]
     restart = acc.restart_list[0]
     return {
         "process_s": min(started) - killed_at if started else None,
@@ -147,7 +148,7 @@ def rank_pid(job: str, procid: int) -> int | None:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
             if not Path(argv[0].decode()).name.startswith("python"):
                 continue
-            if b"resilient_slurm.slurm.task" not in argv and b"submitit.core._submit" not in argv:
+            if b"resilient_slurm.supervise.task" not in argv and b"submitit.core._submit" not in argv:
                 continue
             env = set((proc / "environ").read_bytes().split(b"\0"))
         except OSError:

@@ -28,11 +28,12 @@ same decisions to show the window decides the same.
 from __future__ import annotations
 
 from collections import deque
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from resilient_slurm.checkpoint.costs import RECENT
 from resilient_slurm.checkpoint.interval import FailureHistory
+from resilient_slurm.files import utc_stamp
 from resilient_slurm.ledger import FAILURES, Details, Event, Save, Start
 
 JOB_ID = "sim"
@@ -67,7 +68,7 @@ class Ledger:
     def emit(self, t: float, details: Details, step: int | None, node: str | None = None) -> Event[Any]:
         """An event of the simulated job, as rank 0 of attempt `restart` would write it."""
         # Only the full ledger needs times (the timestamps cost more than the rest of an event).
-        record = Event(details, _iso(t) if self.full is not None else "", step, 0, JOB_ID, self.restart, None, node)
+        record = Event(details, utc_stamp(EPOCH.timestamp() + t) if self.full is not None else "", step, 0, JOB_ID, self.restart, None, node)
         self.window.append(record)
         if self.full is not None:
             self.full.append(record)
@@ -94,5 +95,3 @@ class Ledger:
         return FailureHistory(self.failures, self.exposure_s + max(running, 0.0))
 
 
-def _iso(t: float) -> str:
-    return (EPOCH + timedelta(seconds=t)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
