@@ -36,7 +36,8 @@ class TrainConfig:
     deterministic: bool = True
     """torch.use_deterministic_algorithms: needed for bit-identical resume."""
     threads: int = 0
-    """torch intra-op threads per rank; 0 = cores / local ranks."""
+    """torch intra-op threads per rank; 0: the CPUs this process may use (its affinity mask, at most
+    SLURM_CPUS_PER_TASK in a job) divided by the ranks on this node."""
     pause_at_step: int = 0
     """Save and end the attempt (exit status 75, a `paused` event) on reaching this step, to be
     launched again later with a later pause or none: how a search pauses a trial at an ASHA rung or

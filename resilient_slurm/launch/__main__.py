@@ -7,9 +7,14 @@ to Slurm (`cluster=slurm`), one job per point of a `-m` sweep.
 
 from __future__ import annotations
 
+import os
 import sys
 
-import hydra
+from resilient_slurm.runtime.threads import yield_when_idle
+
+yield_when_idle(os.environ)  # before anything imports torch: OpenMP reads it when it loads
+
+import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig

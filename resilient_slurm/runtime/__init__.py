@@ -18,4 +18,5 @@ Modules, from the rank outwards:
     watchdog     a thread that catches a hung step and dumps every rank's stacks
     faults       fault injection for drills and tests (fault.*)
     logs         each rank's log file, and rank 0's stdout
+    threads      CPU threads per rank, and OpenMP told to yield instead of spin
 """

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from resilient_slurm import ledger
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.config import Config
@@ -25,6 +27,7 @@ from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.logs import setup_logging
 from resilient_slurm.runtime.session import InputError, RunOutcome
 from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
+from resilient_slurm.runtime.threads import rank_threads
 
 log = logging.getLogger("resilient_slurm")
 
@@ -48,6 +51,11 @@ def run(
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     events = EventLog(RunDir(run_dir).events, rank=info.rank, context=context)
     setup_logging(run_dir, info.rank)
+    threads = rank_threads(cfg.train.threads, int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size)))
+    torch.set_num_threads(threads)
+    if info.rank == 0:
+        log.info("%d CPU thread(s) per rank (train.threads=%d; OMP_WAIT_POLICY=%s)", threads, cfg.train.threads,
+                 os.environ.get("OMP_WAIT_POLICY", "unset"))
     try:
         if cfg.entry:
             from resilient_slurm.runtime.entry import run_entry

@@ -10,7 +10,6 @@ saves, resume, ledger, metrics, tracker, watchdog) is the session's.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -57,9 +56,6 @@ class Trainer:
                  on_hang: Any) -> None:
         self.cfg, self.run_dir, self.comm, self.events = cfg, run_dir, comm, events
         t = cfg.train
-        threads = t.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or \
-            max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", comm.world_size)))
-        torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(t.deterministic)
         self.data = build.open_data(cfg, run_dir, comm)
         self.model = build.build_model(cfg, comm)

@@ -67,6 +67,7 @@ from resilient_slurm.ledger import (
 )
 from resilient_slurm.ledger import GaveUp as GaveUpEvent
 from resilient_slurm.runtime.signals import install_stop_handlers
+from resilient_slurm.runtime.threads import yield_when_idle
 from resilient_slurm.slurm import placement, scontrol, srun
 from resilient_slurm.slurm.env import expand_hostlist
 from resilient_slurm.slurm.placement import Allocation, Placement
@@ -139,6 +140,7 @@ class SlurmDriver:
     def __call__(self) -> str:
         # Before the slow imports: a SIGTERM (scancel, requeue) may come at any moment.
         self.stop = install_stop_handlers()
+        yield_when_idle(os.environ)  # the steps' tasks inherit it
         from resilient_slurm.config import min_nodes
         from resilient_slurm.rundir.identity import load_config
 

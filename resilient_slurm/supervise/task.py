@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.runtime.signals import install_stop_handlers
+from resilient_slurm.runtime.threads import yield_when_idle
 
 if TYPE_CHECKING:
     from resilient_slurm.health.oom_watch import OomWatch
@@ -55,6 +56,7 @@ class SlurmTask:
     def __call__(self) -> str:
         # First, before the slow imports: a preemption notice may come at any moment.
         stop = install_stop_handlers()
+        yield_when_idle(os.environ)  # before torch is imported below
         from resilient_slurm import recovery
         from resilient_slurm.health.oom_watch import OomWatch, memory_cgroup_dirs
         from resilient_slurm.rundir.identity import load_config
