@@ -21,7 +21,8 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "health/kernel_log.py", "health/verdict.py", "slurm/placement.py", "slurm/srun.py", "slurm/step_end.py",
         "simulate/failures.py",
         "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py",
-        "simulate/results.py", "simulate/report.py", "workload/chat_format.py", "workload/packing.py",
+        "simulate/results.py", "simulate/report.py", "simulate/bench.py", "simulate/scaling.py",
+        "simulate/memory.py", "workload/chat_format.py", "workload/packing.py",
         "workload/tiny_chat.py", "export/hf_layout.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",
         "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py", "export/peft_layout.py"]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "submitit", "pynvml",

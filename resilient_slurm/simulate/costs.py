@@ -69,6 +69,7 @@ def restart_path(s: Scenario, st: Strategy, fault: Fault, replaced: bool) -> tup
     """A restart inside the allocation: its path (for the counts), and what it costs before and
     after the load."""
     trusted, why = survivors_trusted(fault)
+    trusted = trusted or (why == "CUDA error" and replaced and s.cuda_error_in_process)
     if st.in_process and trusted:
         return "in process", in_process(s, replaced), after_load(s)
     return ("step restart" if not st.in_process else f"step restart ({why})"), in_allocation(s), []

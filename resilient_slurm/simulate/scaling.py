@@ -4,26 +4,45 @@ The benches measure a tiny model on the project's machine: 2 vCPU, no GPU, one v
 a Slurm sandbox whose nodes are all that one machine. The seed's scenario trains an 8B model on
 1,250 H100 nodes. `scale` maps each measured bench key (`bench.py`) to the target by its rule:
 
-| rule | bench keys | scaled value |
-|---|---|---|
-| bytes over a medium | save_s (disk write); blocking_s, lost_s, memory_blocking_s, memory_load_s (host link); load_s (disk read); cold_load_s (shared storage); memory_save_s, buddy_load_s (network) | fixed + bytes there / bandwidth there, where fixed = max(0, measured - bytes here / bandwidth here): what the medium's speed here does not explain is a fixed cost, kept as measured |
-| ranks | `*_teardown_s`, `*_rendezvous_s`, `*_first_step_s`, steady_step_s | measured x log2(ranks there) / log2(ranks here), never below the published anchor (NVRx, below) scaled the same way |
-| timeout | heartbeat_detect_s, collective_detect_s | the target's timeout + what the bench took beyond its own timeout |
-| as measured | crash_detect_s, `*_detect_s`, `*_placement_s`, `*_process_start_s`, `*_data_ready_s`, in_alloc_restart_s, restart_s | one node's or one rank's work: it does not grow with the run (a restart's own `*_load_s` is only reported) |
-| the target's | bytes, memory_bytes | the bytes per rank there (below) |
+    rule        bench keys                           scaled value
+    ----------  -----------------------------------  ------------------------------------------------
+    bytes       save_s (disk write);                 fixed + bytes there / bandwidth there, where
+                blocking_s, lost_s,                  fixed = max(0, measured - bytes here /
+                memory_blocking_s, memory_load_s     bandwidth here): what the medium's speed here
+                (host link); load_s (disk read);     does not explain is a fixed cost, kept as
+                cold_load_s (shared storage);        measured
+                memory_save_s, buddy_load_s
+                (network)
+    ranks       *_teardown_s, *_rendezvous_s,        measured x log2(ranks there) / log2(ranks
+                *_first_step_s, steady_step_s        here), never below the published anchor (NVRx,
+                                                     below) scaled the same way
+    timeout     heartbeat_detect_s,                  the target's timeout + what the bench took
+                collective_detect_s                  beyond its own timeout
+    same        crash_detect_s, *_detect_s,          as measured: one node's or one rank's work, it
+                *_placement_s, *_process_start_s,    does not grow with the run (a restart's own
+                *_data_ready_s, in_alloc_restart_s,  *_load_s is only reported)
+                restart_s
+    target's    bytes, memory_bytes                  the bytes per rank there (below)
 
 steady_step_s is scaled like the first step it is subtracted from, so a restart's extra over a
-steady step scales by the ranks rule too.
+steady step grows by the ranks rule too.
 
 Media, bandwidth per rank in GB/s:
 
-| medium | here (measured, shared/notes/perf-baseline.md) | 8b-h100 (published) |
-|---|---|---|
-| host link | 11: torch copy_ into reused buffers, 2 threads (10.3-12.7) | 64: PCIe Gen5 x16 (128 GB/s both ways) per H100 |
-| disk write | 1.1: dd oflag=direct (0.99-1.12) | 3.1: a DGX H100's 8 x 3.84 TB U.2 NVMe read at ~50 GB/s (~7 GB/s each), write taken as half (no figure found), over 8 GPUs |
-| disk read | 0.7: dd cold (0.59-0.76) | 6.25: 50 GB/s over 8 GPUs |
-| shared storage | 0.7: the same disk | 0.122: Llama 3's 2 TB/s sustained for 16,384 GPUs |
-| network | 11: the sandbox's "network" is this machine; no figure, so the host link, an upper bound (which keeps the fixed part large) | 50: one ConnectX-7 400 Gb/s per GPU |
+    medium          here (measured: shared/notes/perf-baseline.md)  8b-h100 (published)
+    --------------  ----------------------------------------------  ---------------------------------------
+    host link       11: torch copy_ into reused buffers,            64: PCIe Gen5 x16 (128 GB/s both ways)
+                    2 threads (10.3-12.7)                           per H100
+    disk write      1.1: dd oflag=direct (0.99-1.12)                3.1: a DGX H100's 8 x 3.84 TB U.2 NVMe
+                                                                    read at ~50 GB/s (~7 GB/s each); write
+                                                                    taken as half (no figure found); over
+                                                                    8 GPUs
+    disk read       0.7: dd, cold (0.59-0.76)                       6.25: 50 GB/s over 8 GPUs
+    shared storage  0.7: the same disk                              0.122: Llama 3's 2 TB/s sustained for
+                                                                    16,384 GPUs
+    network         11: the sandbox's nodes are this machine; no    50: one ConnectX-7 400 Gb/s per GPU
+                    figure, so the host link, an upper bound
+                    (which keeps the fixed part large)
 
 Bytes per rank: here the bench's `bytes` (`memory_bytes` for the memory tier); there the model's
 parameters x bytes per parameter / the GPUs it is sharded over: 8.03e9 x 12 (fp32 weights and
@@ -40,6 +59,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from resilient_slurm.simulate.bench import PATHS
 
 GB = 1e9
 
@@ -131,8 +152,7 @@ def scale(values: Mapping[str, float], profile: Profile, gpus: int, timeouts: Ma
             if ranks_here is None:
                 raise ValueError(f"--scale-to: {source} gives {key} but not the ranks it ran; add `ranks`")
             factor = math.log2(max(gpus, 2)) / math.log2(max(ranks_here, 2))
-            part = key.rsplit("_", 2)[-2] if key != "steady_step_s" else ""
-            anchor = ANCHORS.get(part)
+            anchor = ANCHORS.get(_part(key))
             floor = anchor[0] * math.log2(max(gpus, 2)) / math.log2(anchor[1]) if anchor else 0.0
             out[key] = max(value * factor, floor)
             how[key] = f"x {factor:.3g} (log2 ranks {ranks_here:g} -> {gpus})" + (
@@ -147,3 +167,9 @@ def scale(values: Mapping[str, float], profile: Profile, gpus: int, timeouts: Ma
             out[key] = value
             how[key] = "as measured (does not grow with the run)"
     return out, how
+
+
+def _part(key: str) -> str:
+    """`inprocess_first_step_s` → `first_step`; "" for a key of no restart path."""
+    path = next((p for p in PATHS if key.startswith(p + "_")), None)
+    return key[len(path) + 1:-2] if path else ""
