@@ -406,7 +406,8 @@ class Run:
         else:
             resumed = usable.work if usable else 0.0
             load = costs.load(self.s, cold and usable is not None)
-            self.disk_restarts += self.memory is not None and kind not in ("planned stop", "grow back")
+            if self.memory is not None and kind not in ("planned stop", "grow back"):
+                self.disk_restarts += 1
         self.lost["redone"] += self.work - resumed
         self.work = resumed
         if self.trace is not None:
@@ -450,7 +451,7 @@ class Run:
             self.after_save = "stop"
         elif plan.save and self.st.saves != "none":
             if self.pending is not None:
-                self.blocked_until = self.pending[0]
+                self.blocked_until, self.blocked_by = self.pending[0], "checkpoint"
                 self._advance(self.pending[0])
                 self._on_commit()
             self.after_save = "stop"
