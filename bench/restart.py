@@ -19,6 +19,24 @@ is gone without a trace. It prints, per run and as medians per path:
   productive / wall time, which charges the requeue's wait too.
 The bench's own clock of the kill is the failure's true time; both sides read one clock (all the
 sandbox's nodes are this machine).
+
+For the simulator (`python -m resilient_slurm.simulate --from-bench FILE`, issue 23), the JSON this
+bench writes carries these keys (all listed, with their meanings, in resilient_slurm/simulate/bench.py;
+medians, seconds unless named otherwise):
+    ranks                 world size of the runs
+    steady_step_s         a training step's median time in them
+    heartbeat_timeout_s   monitor.heartbeat_timeout_s of the hang runs
+    heartbeat_detect_s    SIGSTOP of one rank -> the monitor's hang decision
+    collective_timeout_s  cluster.collective_timeout_s of the hang runs
+    collective_detect_s   the same hang found by the collective timeout
+    crash_detect_s        SIGKILL of one rank -> the driver's decision
+    <path>_<part>_s       each restart's breakdown as its restart event records it, for path inprocess,
+                          step or requeue, and part detect, teardown, placement, process_start,
+                          rendezvous, load, data_ready, first_step (first_step: its start to its end)
+    <path>_restart_s      failure -> the first step's end
+    <path>_load_source    memory, buddy, hot or cold
+The simulator takes in_alloc_restart_s and restart_s from the step and requeue breakdowns (less
+detect, load and one steady step), and the in-process restart's costs from the inprocess one.
 """
 
 from __future__ import annotations

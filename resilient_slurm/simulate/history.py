@@ -19,7 +19,8 @@ decision is quadratic. This keeps what they read, exactly:
 - `failures` and `exposure_s`, for `mtbf_s`: what `failure_history` adds up, kept as running
   sums: an attempt that ends without a stop is a failure, and each ended attempt's exposure is
   from its `start` to its last event.
-- `recent_saves`, for `save_costs`: it takes the median of the newest `RECENT` saves only.
+- `recent_saves`, for `save_costs`: it takes the median of the newest `RECENT` saves only (disk
+  saves: a memory-tier save is progress, but the disk tier's interval is set by the disk's cost).
 
 `full` (optional) keeps every event with its time, as the real ledger would: tests hand it to the
 same decisions to show the window decides the same.
@@ -74,10 +75,13 @@ class Ledger:
             self.full.append(record)
         return record
 
-    def save(self, t: float, step: int, seconds: float, blocking_s: float, nbytes: float) -> None:
-        record = self.emit(t, Save(reason="time", mode="sync", path="", bytes=int(nbytes), seconds=seconds,
-                                   blocking_s=blocking_s, has_optimizer=True), step)
-        self.recent_saves.append(record)
+    def save(self, t: float, step: int, seconds: float, blocking_s: float, nbytes: float, memory: bool = False) -> None:
+        """A committed save; a memory-tier one (`memory`) is progress for the decisions, but its
+        cost is not a disk save's, so the disk tier's Young-Daly never reads it."""
+        record = self.emit(t, Save(reason="time", mode="memory" if memory else "sync", path="", bytes=int(nbytes),
+                                   seconds=seconds, blocking_s=blocking_s, has_optimizer=True), step)
+        if not memory:
+            self.recent_saves.append(record)
         if step > max(self._best_before, self._best_now):
             self.window = self._failed_before + [record]
         self._best_now = max(self._best_now, step)
