@@ -54,8 +54,10 @@ class ClusterConfig:
     signal: str = "USR1"
     """Signal Slurm sends `signal_lead_s` before the time limit (and at preemption): USR1 or USR2.
     Not TERM: Slurm's scancel and preemption send TERM too, and a job cannot tell them apart."""
-    signal_lead_s: int = 120
-    """Lead time of the warning signal; Slurm delivers it up to 30 s earlier than asked."""
+    signal_lead_s: int = 360
+    """Lead time of the warning signal; Slurm delivers it up to 60 s earlier than asked. Must be above
+    cluster.collective_timeout_s: a collective stuck when the warning comes must time out, and the
+    ranks agree on their emergency save, before the job is killed."""
     term_grace_s: float = 30.0
     """Seconds from SIGTERM to SIGKILL: the partition's GraceTime on preemption, KillWait (30 s by
     default) on scancel. Bounds the emergency save after a SIGTERM."""

@@ -50,6 +50,15 @@ class MonitorConfig:
     """... and never less than this."""
     hang_first_step_s: float = 900.0
     """Before any step has completed (start-up, first compile): the limit for the first step."""
+    heartbeat_timeout_s: float = 30.0
+    """A rank that reports no progress (a step, a micro-batch, a save phase) to the monitor outside
+    the training processes (the local launcher of several ranks, or a Slurm job's driver) for this
+    long is hung, whatever the cause: stopped, deadlocked in a collective, or on a node that is gone.
+    The monitor dumps the stacks, ends the step, and the run restarts. 0 turns heartbeats off.
+    Must be below cluster.collective_timeout_s, so a hang is found before the collectives time out."""
+    heartbeat_phase_s: float = 600.0
+    """How long a phase that announces itself may stay silent: the start and the first step, a
+    resume's load, a save, an evaluation, the export."""
     rollback_on: list[str] = field(default_factory=lambda: ["loss_nan", "loss_spike"])
     """Findings that roll back to the checkpoint before the anomaly and skip its data window."""
     max_rollbacks: int = 3
@@ -81,6 +90,8 @@ class MonitorConfig:
                "monitor.min_history: must be between 1 and monitor.window (window >= 3); fix one of them")
         p.need(mon.hang_floor_s > 0 and mon.hang_factor > 1,
                "monitor.hang_floor_s: must be > 0 and monitor.hang_factor > 1; raise them")
+        p.need(mon.heartbeat_timeout_s >= 0 and mon.heartbeat_phase_s > 0,
+               "monitor.heartbeat_timeout_s: must be >= 0 (0 = off) and monitor.heartbeat_phase_s > 0; fix the value")
         p.need(mon.rss_every_steps >= 0 and mon.leak_window >= 3 and mon.leak_mb_per_step >= 0,
                "monitor.rss_every_steps: must be >= 0, monitor.leak_window >= 3 and monitor.leak_mb_per_step >= 0 "
                "(0 disables); fix the value")

@@ -78,6 +78,7 @@ def validate(cfg: Config) -> list[str]:
     p.extend_new(cfg.checkpoint.problems())
     p.extend_new(cfg.cluster.problems())
     p.extend_new(shrinkable(cfg))
+    p.extend_new(timeouts(cfg))
     for section in (cfg.health, cfg.monitor, cfg.tracking, cfg.eval):
         p.extend_new(section.problems())
     p += cfg.sweep.problems(cfg.cluster.kind)
@@ -93,6 +94,24 @@ def requirements(cfg: Config) -> list[str]:
         p.need(key in values and values[key] not in (None, ""),
                f"{key}: +experiment={cfg.run.experiment} needs it; set {key}=..." if key in values
                else f"run.require: {key!r} is not a config key; fix the recipe")
+    return p
+
+
+def timeouts(cfg: Config) -> list[str]:
+    """The timeout hierarchy: a hang is found by its heartbeat before the collectives time out, and a
+    collective times out before the Slurm warning's lead runs out. Each level only where it exists:
+    heartbeats where a monitor watches the ranks (several local ranks, a Slurm job's driver)."""
+    k, m = cfg.cluster, cfg.monitor
+    p = Problems()
+    watched = m.heartbeat_timeout_s > 0 and (k.ranks > 1 if k.kind == "local" else driven(k))
+    p.need(not watched or m.heartbeat_timeout_s < k.collective_timeout_s,
+           f"monitor.heartbeat_timeout_s: {m.heartbeat_timeout_s:g} s is not below cluster.collective_timeout_s="
+           f"{k.collective_timeout_s:g} s, so a hang would be found by the collectives' timeout first; lower it (or "
+           f"raise the collective timeout)")
+    p.need(k.kind != "slurm" or k.collective_timeout_s < k.signal_lead_s,
+           f"cluster.collective_timeout_s: {k.collective_timeout_s:g} s is not below cluster.signal_lead_s="
+           f"{k.signal_lead_s} s, so a collective stuck at the time-limit warning could outlast it and the job be "
+           f"killed before its emergency save; lower it (or raise the signal lead)")
     return p
 
 

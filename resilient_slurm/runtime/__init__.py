@@ -15,6 +15,7 @@ Modules, from the rank outwards:
     evaluation   validation loss and task metrics on the held-out split
     distributed  process group, rank information and the few collectives the loop uses
     signals      the only caller of signal.signal: stop signals just record a request
+    heartbeat    the rank's beats to the monitor outside the training processes (UDP)
     watchdog     a thread that catches a hung step and dumps every rank's stacks
     faults       fault injection for drills and tests (fault.*)
     logs         each rank's log file, and rank 0's stdout

@@ -46,6 +46,7 @@ from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.rundir.meta import read_identity
 from resilient_slurm.rundir.metrics import MetricsFile
 from resilient_slurm.runtime.distributed import Comm, RankInfo
+from resilient_slurm.runtime.heartbeat import Heartbeat
 from resilient_slurm.runtime.logs import setup_logging
 from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
 from resilient_slurm.runtime.watchdog import Watchdog
@@ -166,6 +167,7 @@ class Session:
         self.watchdog = Watchdog(cfg.monitor, self.paths.logs, events, comm.rank, on_hang or (lambda s, r: None),
                                  ExitCode.FAILED)
         self.gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
+        self.heartbeat = Heartbeat.from_env(comm.rank)
         self.progress = Progress()
         self.tracked_through = -1
         self.stopped = False
@@ -231,6 +233,7 @@ class Session:
                                           process_started=record.process_started(), pids=[p for p, _ in ranks],
                                           hosts=[h for _, h in ranks]), 0)
             record.record_attempt(self.run_dir, comm.world_size, data=data)
+        self.announce("start")
         if self.cfg.monitor.enabled:
             self.watchdog.start()
             self.gpu.start()
@@ -240,6 +243,7 @@ class Session:
         process group the session made."""
         self.watchdog.stop()
         self.gpu.stop()
+        self.heartbeat.close()
         self.tracker.close(int(code))
         self.checkpointer.close()
         if self.owns_comm:
@@ -284,6 +288,7 @@ class Session:
         is what a fresh start has: `reinitialise` puts back what a damaged checkpoint partly
         overwrote (a loop that cannot rebuild its state raises instead; the next launch skips the
         damaged checkpoint, which is moved aside)."""
+        self.announce("load")
         try:
             outcome = self.checkpointer.resume(self.model, self.optimizer, self.scheduler, before_step=before_step,
                                                refusal=self.refusal)
@@ -340,6 +345,7 @@ class Session:
         p = self.progress
         p.step, p.tokens_seen, p.train_seconds = step, p.tokens_seen + tokens, p.train_seconds + step_s
         self.watchdog.beat(step, step_s)
+        self.heartbeat.beat(step)
 
     def sync(self, step: int, compute_s: float = 0.0, wait_s: float = 0.0) -> StepSync:
         """The step's one all-reduce: every rank learns whether any rank must stop."""
@@ -362,8 +368,14 @@ class Session:
         return False
 
     def save(self, step: int, reason: str) -> None:
+        self.announce("save")
         self.checkpointer.save(step, self.snapshot(reason), reason)
+        self.heartbeat.beat(step)
         self.commit()
+
+    def announce(self, phase: str) -> None:
+        """A phase that may take longer than a step tells the heartbeat monitor (`monitor.heartbeat_phase_s`)."""
+        self.heartbeat.beat(self.progress.step, phase, self.cfg.monitor.heartbeat_phase_s)
 
     def finish(self, with_final: Callable[[], None] | None = None) -> None:
         """The loop ended without a stop: the final save (`checkpoint.save_final`), then `with_final`
@@ -409,6 +421,7 @@ class Session:
         if self.stop.signum is not None:
             self.events.emit(ledger.Signal(signal=self.stop.signal_name or "", received=utc_stamp(self.stop.received_at)),
                              step)
+        self.announce("save")
         result = self.checkpointer.emergency_save(step, self.snapshot("emergency"), self.stop.signal_name,
                                                   self.stop.received_at)
         self.commit()

@@ -11,6 +11,7 @@ gradients. Clipping uses the global norm of the sharded gradients.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -55,8 +56,10 @@ class StepRunner:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.guard = OomGuard(model, comm)
 
-    def step(self, micro_batches: list[Batch], poison: bool = False) -> StepResult:
-        """One optimizer step. `poison` (fault injection) makes the loss NaN, like a bad batch does.
+    def step(self, micro_batches: list[Batch], poison: bool = False,
+             progress: Callable[[], None] | None = None) -> StepResult:
+        """One optimizer step. `poison` (fault injection) makes the loss NaN, like a bad batch does;
+        `progress` is called after each micro-batch's backward (the rank's heartbeat).
 
         When any rank runs out of memory, every rank raises StepOutOfMemory (runtime/oom.py) with the
         step's memory freed: in the forward/backward nothing was updated, so the step can be redone,
@@ -72,7 +75,7 @@ class StepRunner:
         error: str | None = None
         peer = False
         try:
-            loss_sum = self._forward_backward(micro_batches, max(global_tokens, 1.0), poison)
+            loss_sum = self._forward_backward(micro_batches, max(global_tokens, 1.0), poison, progress)
             self.guard.agree()  # nobody ran out in the last backward's tail either: on to clipping
         except torch.OutOfMemoryError as e:
             if inside_fsdp(e):
@@ -103,7 +106,8 @@ class StepRunner:
             compute_s=compute_s,
         )
 
-    def _forward_backward(self, micro_batches: list[Batch], global_tokens: float, poison: bool) -> torch.Tensor:
+    def _forward_backward(self, micro_batches: list[Batch], global_tokens: float, poison: bool,
+                          progress: Callable[[], None] | None) -> torch.Tensor:
         """Each micro-batch's forward and backward; the summed loss. Its own frame, so that an error
         takes the micro-batch's activations with it."""
         loss_sum = torch.zeros((), dtype=torch.float64)
@@ -114,4 +118,6 @@ class StepRunner:
                 micro_loss = micro_loss * float("nan")
             (micro_loss / global_tokens).backward()
             loss_sum += micro_loss.detach().double().cpu()
+            if progress is not None:
+                progress()
         return loss_sum

@@ -157,7 +157,8 @@ class Trainer:
         memory and a smaller one can help. None: it cannot, and the run gives up."""
         while True:
             try:
-                return self.runner.step(batch, poison=poison)
+                return self.runner.step(batch, poison=poison, progress=lambda: self.session.heartbeat.beat(
+                    step, "micro_batch"))
             except StepOutOfMemory as oom:
                 if not self._out_of_memory(step, oom):
                     return None
@@ -280,6 +281,7 @@ class Trainer:
             "data_wait_s": wait_s, **{f"gpu_{k}": v for k, v in self.session.gpu.latest.items()},
         }
         if self.evaluator.due(step):
+            self.session.announce("eval")
             row.update(self._evaluate(step))
         self.session.log(step, row)
         if self.comm.rank == 0 and (step % self.cfg.train.log_every_steps == 0 or step == 1):
@@ -306,6 +308,7 @@ class Trainer:
         if self.comm.rank != 0 or not (path / layout.MANIFEST).is_file():
             return
         out = self.session.paths.hf
+        self.session.announce("export")
         start = time.perf_counter()
         shutil.rmtree(out, ignore_errors=True)
         written = export_checkpoint(path, out, self.cfg, io_threads=self.cfg.checkpoint.io_threads)

@@ -3,6 +3,8 @@
 Modules, in the order a run meets them:
     local         cluster=local: the job in-process, or one process per rank, signals forwarded, a
                   dead rank's peers killed after a grace period
+    heartbeat     the ranks' heartbeats received (UDP), and which ranks are silent
+    hangs         a silent rank: every rank's stacks on record, a `hang` event on its node
     task          one Slurm task's life: rank setup → the training job → the recovery decision → requeue
     health_watch  the job's own node-health checks (preflight and periodic), off the loop
     driver        with spare nodes or elastic shrinking: runs training as job steps, restarts it

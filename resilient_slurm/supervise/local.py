@@ -29,7 +29,11 @@ from resilient_slurm.health.oom_watch import OomWatch, memory_cgroup_dirs
 from resilient_slurm.ledger import EventLog, HostOom, RankExit, RanksKilled
 from resilient_slurm.runtime.rank import run as run_rank
 from resilient_slurm.runtime.distributed import RankInfo
+from resilient_slurm.monitor.heartbeats import culprits
+from resilient_slurm.runtime.heartbeat import HEARTBEAT_ENV
 from resilient_slurm.runtime.signals import STOP_SIGNALS, forward_signals
+from resilient_slurm.supervise.hangs import record_silence
+from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
 
 _PR_SET_PDEATHSIG = 1
 
@@ -42,18 +46,26 @@ def run_local(cfg: Config, run_dir: Path) -> int:
     # Started before the ranks: only OOM kills after this count. Ranks start in this cgroup.
     kernel_log = cfg.health.kernel_log.replace("%n", os.uname().nodename) if cfg.health.kernel_log else None
     watch = OomWatch(memory_cgroup_dirs(), kernel_log)
+    monitor = HeartbeatMonitor("127.0.0.1", cfg.monitor.heartbeat_timeout_s, cfg.monitor.heartbeat_phase_s) \
+        if cfg.monitor.heartbeat_timeout_s > 0 else None
     procs = []
     for rank in range(n):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        if monitor is not None:
+            env[HEARTBEAT_ENV] = monitor.address
         procs.append(subprocess.Popen([sys.executable, "-m", "resilient_slurm.runtime.rank", str(run_dir)], env=env,
                                       preexec_fn=_die_with_parent))
     forward_signals(STOP_SIGNALS, lambda signum: _signal_all(procs, signum))
     try:
-        codes = _supervise(procs, cfg.cluster.kill_grace_s, EventLog(RunDir(run_dir).events, rank=-1), watch)
+        codes = _supervise(procs, cfg.cluster.kill_grace_s, EventLog(RunDir(run_dir).events, rank=-1), watch,
+                           monitor, run_dir)
     except KeyboardInterrupt:
         _signal_all(procs, signal.SIGKILL)
         return 130
+    finally:
+        if monitor is not None:
+            monitor.close()
     return combine_exit_codes(codes)
 
 
@@ -68,7 +80,9 @@ def combine_exit_codes(codes: list[int]) -> int:
     return ExitCode.RESUME if ExitCode.RESUME in codes else ExitCode.DONE
 
 
-def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, watch: OomWatch) -> list[int]:
+def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, watch: OomWatch,
+               monitor: HeartbeatMonitor | None = None, run_dir: Path | None = None) -> list[int]:
+    """Until every rank has exited; a rank the heartbeats find silent ends them all, as a hang."""
     deadline: float | None = None
     reported: set[int] = set()
     killed: set[int] = set()  # ranks this launcher SIGKILLed itself: no OOM killer took them
@@ -85,6 +99,16 @@ def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, 
                                         evidence=verdict.evidence), None)
         if all(c is not None for c in codes):
             return [c for c in codes if c is not None]
+        silent = monitor.silent(r for r, c in enumerate(codes) if c is None) if monitor and deadline is None else []
+        if silent and run_dir is not None:
+            hung = culprits(silent)
+            for s in hung:
+                record_silence(run_dir, s, procs[s.rank].pid, {})
+            stuck = [r for r, c in enumerate(codes) if c is None]
+            events.emit(RanksKilled(ranks=stuck, reason=f"hung: {hung[0].describe()}"), None)
+            _signal_all(procs, signal.SIGKILL)
+            killed.update(stuck)
+            deadline = float("inf")
         if any(c is not None for c in codes) and deadline is None:
             deadline = time.monotonic() + grace_s
         if deadline is not None and time.monotonic() > deadline:

@@ -46,8 +46,10 @@ def test_time_limit_warning_saves_requeues_and_resumes_bit_identical(slurm_clust
     ref = reference(2, *steps)
     # A 2-minute limit with a 30 s warning: Slurm sends it 30-90 s in (up to 60 s early), before
     # 300 steps paced at 0.3 s end (about 100 s after the first step).
-    job = submit(tmp_path, "timed", *TWO_NODES, *steps, "cluster.time_min=2", "cluster.signal_lead_s=30",
-                 "fault.step_sleep_s=0.3")
+    # The collective timeout under the 30 s lead (the timeout hierarchy config/schema.py checks).
+    nodes = [o for o in TWO_NODES if not o.startswith("cluster.collective_timeout_s=")]
+    job = submit(tmp_path, "timed", *nodes, *steps, "cluster.time_min=2", "cluster.signal_lead_s=30",
+                 "cluster.collective_timeout_s=20", "fault.step_sleep_s=0.3")
     rdir = run_dir(tmp_path, "timed")
     assert wait_for_end(job, rdir, 330) == "COMPLETED", describe(job, rdir)
 
