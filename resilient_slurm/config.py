@@ -380,15 +380,21 @@ class HealthConfig:
 
 @dataclass
 class TrackingConfig:
+    backend: str = "wandb"
+    """wandb, mlflow or none (metrics.jsonl only); each needs its extra: pip install 'resilient-slurm[mlflow]'."""
     mode: str = "offline"
-    """offline: wandb writes under the run directory and nothing leaves the machine (upload later
-    with `wandb sync`); online; disabled. WANDB_MODE can only make it more private, never less."""
+    """offline: nothing leaves the machine (wandb writes under the run directory, upload later with
+    `wandb sync`; MLflow writes to a local store, never a server); online (wandb uploads live, MLflow
+    sends to the server at tracking.uri); disabled. WANDB_MODE can only make wandb more private."""
+    uri: str | None = None
+    """MLflow's tracking URI: an absolute path, file:, sqlite:, or a server (http://host:5000, with
+    mode=online); null: the file store <run_dir>/mlruns. MLFLOW_TRACKING_URI is not read."""
     project: str | None = None
-    """wandb project; null: the run's experiment name."""
+    """wandb project or MLflow experiment; null: the run's experiment name."""
     entity: str | None = None
     """wandb entity (user or team); null: the logged-in user's default."""
     tags: list[str] = field(default_factory=list)
-    """wandb tags of the run."""
+    """Tags of the run (MLflow: tags with empty values)."""
 
 
 @dataclass
@@ -509,6 +515,7 @@ FINDINGS = ("loss_nan", "loss_spike", "loss_plateau", "grad_explosion", "grad_va
             "slow_rank", "data_stall", "gpu_underutilized", "gpu_hot", "gpu_memory_full", "gpu_ecc", "memory_leak")
 DTYPES = ("float32", "bfloat16")
 TRACKING_MODES = ("offline", "online", "disabled")
+TRACKING_BACKENDS = ("wandb", "mlflow", "none")
 SAMPLERS = ("grid", "random", "tpe")
 PRUNERS = ("none", "median", "halving", "hyperband")
 SCHEDULERS = ("none", "asha", "pbt")
@@ -728,6 +735,18 @@ def validate(cfg: Config) -> list[str]:
     need(k.collective_timeout_s > 0, f"cluster.collective_timeout_s: {k.collective_timeout_s}; set it > 0")
     need(cfg.tracking.mode in TRACKING_MODES,
          f"tracking.mode: {cfg.tracking.mode!r} unknown; use one of {', '.join(TRACKING_MODES)}")
+    tr, uri = cfg.tracking, cfg.tracking.uri or ""
+    server = "://" in uri and not uri.startswith(("file:", "sqlite:"))
+    need(tr.backend in TRACKING_BACKENDS,
+         f"tracking.backend: {tr.backend!r} unknown; use one of {', '.join(TRACKING_BACKENDS)}")
+    need(tr.uri is None or tr.backend == "mlflow",
+         "tracking.uri: only tracking.backend=mlflow uses it; set tracking.backend=mlflow or remove tracking.uri")
+    need(not uri or server or uri.startswith(("/", "file:", "sqlite:")),
+         f"tracking.uri: {uri!r} is a relative path; give an absolute path or a URI")
+    need(not (tr.backend == "mlflow" and tr.mode == "offline" and server),
+         f"tracking.uri: {uri} is a server, which tracking.mode=offline never sends to; set tracking.mode=online")
+    need(not (tr.backend == "mlflow" and tr.mode == "online" and not uri),
+         "tracking.uri: tracking.mode=online sends to a server; set tracking.uri=http://HOST:PORT (or mode=offline)")
     need(cfg.run.baseline is None or _safe_name(cfg.run.baseline),
          f"run.baseline: {cfg.run.baseline!r} is not a plain name; use the baseline run's name")
     e = cfg.eval
