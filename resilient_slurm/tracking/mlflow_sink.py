@@ -136,7 +136,7 @@ def _find_or_create(client: Any, experiment: str, run_dir: Path, run_dir_id: str
     found = client.get_experiment_by_name(experiment)
     if found is None:
         try:
-            experiment_id = client.create_experiment(experiment)
+            experiment_id = client.create_experiment(experiment, mlflow_store.artifact_location(client.tracking_uri))
         except MlflowException:  # another run created it meanwhile (a search's trials start together)
             experiment_id = client.get_experiment_by_name(experiment).experiment_id
     else:

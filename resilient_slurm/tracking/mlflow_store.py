@@ -37,6 +37,14 @@ def is_file_store(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file:")
 
 
+def artifact_location(uri: str) -> str | None:
+    """Where a new experiment keeps its artifacts: beside a SQLite database (MLflow's default would
+    be ./mlruns in whatever directory the job runs in); the store or the server decides otherwise."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri()
+
+
 def client(uri: str) -> Any:
     """An `MlflowClient` for `uri` (imports mlflow)."""
     if is_file_store(uri):

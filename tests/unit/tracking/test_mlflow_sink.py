@@ -76,8 +76,12 @@ def test_three_processes_make_one_run_with_each_step_once(cfg):
 
 
 @pytest.mark.slow
-def test_the_same_in_a_sqlite_store(sqlite_cfg):
+def test_the_same_in_a_sqlite_store(sqlite_cfg, tmp_path, monkeypatch):
+    (tmp_path / "job").mkdir()
+    monkeypatch.chdir(tmp_path / "job")
     three_processes_make_one_run_with_each_step_once(sqlite_cfg)
+    # The artifacts sit beside the database, not in the directory the job ran in.
+    assert (tmp_path / "mlartifacts").is_dir() and not any((tmp_path / "job").iterdir())
 
 
 def three_processes_make_one_run_with_each_step_once(cfg):
