@@ -71,8 +71,10 @@ def open_tracker(cfg: Config, run_dir: Path, rank: int) -> Tracker:
     if rank != 0 or backend not in _PACKAGES or mode == "disabled":
         return NullTracker()
     from resilient_slurm.launch.rundir import read_meta
-    from resilient_slurm.tracking.committed import MARK, CommittedHistory
+    from resilient_slurm.tracking.committed import MARK, CommittedHistory, Sink
 
+    sink: Sink
+    on_disk: int | None
     try:
         meta = read_meta(run_dir)
         if backend == "mlflow":
