@@ -14,7 +14,7 @@ The shared contracts sit here; each sub-package serves one side of a run, in the
     checkpoint/  atomic sharded checkpoints, tiers, resume, verify
     monitor/     in-training fault detection and the GPU sampler
     health/      node health: the Xid scanner (tools/xid_scan), NVML checks, exclude list
-    tracking/    wandb, one run across restarts
+    tracking/    wandb or MLflow, one run across restarts
     analysis/    record, metrics, goodput, report, compare
 
 Kept import-free on purpose: `tools/xid_scan` imports `resilient_slurm.health` from a bare
