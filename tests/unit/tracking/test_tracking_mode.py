@@ -63,10 +63,12 @@ def test_no_tracker_imports_no_backend(tmp_path, monkeypatch, backend, mode, ran
 
 @pytest.mark.parametrize("backend", ["wandb", "mlflow"])
 def test_a_missing_package_names_its_extra(tmp_path, monkeypatch, caplog, backend):
-    """The package is made unimportable (as if not installed) by a None entry in sys.modules."""
+    """The package is made unimportable (as if not installed) by None entries in sys.modules, its
+    submodules' too (another test may have imported them)."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setattr(logging.getLogger("resilient_slurm"), "propagate", True)
-    monkeypatch.setitem(sys.modules, backend, None)
+    for name in [m for m in sys.modules if m.startswith(f"{backend}.")] + [backend]:
+        monkeypatch.setitem(sys.modules, name, None)
     (tmp_path / "run.json").write_text('{"run_id": "x1"}')
     cfg = Config()
     cfg.tracking.backend = backend
