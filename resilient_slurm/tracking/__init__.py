@@ -70,7 +70,8 @@ def open_tracker(cfg: Config, run_dir: Path, rank: int) -> Tracker:
     mode = effective_mode(cfg.tracking.mode, os.environ.get("WANDB_MODE")) if backend == "wandb" else cfg.tracking.mode
     if rank != 0 or backend not in _PACKAGES or mode == "disabled":
         return NullTracker()
-    from resilient_slurm.launch.rundir import read_meta
+    from resilient_slurm.rundir import RunDir
+    from resilient_slurm.rundir.meta import read_meta
     from resilient_slurm.tracking.committed import MARK, CommittedHistory, Sink
 
     sink: Sink
@@ -85,7 +86,8 @@ def open_tracker(cfg: Config, run_dir: Path, rank: int) -> Tracker:
             from resilient_slurm.tracking.wandb_sink import WandbSink
 
             sink, on_disk = WandbSink.open(cfg, run_dir, mode, meta)
-        return CommittedHistory(sink, run_dir, run_dir / backend / MARK, on_disk)
+        folder = RunDir(run_dir).mlflow if backend == "mlflow" else RunDir(run_dir).wandb
+        return CommittedHistory(sink, run_dir, folder / MARK, on_disk)
     except Exception as e:  # noqa: BLE001 - a missing package or API key, a network failure, a broken run directory
         if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == _PACKAGES[backend]:
             why = f"{backend} is not installed (pip install 'resilient-slurm[{backend}]')"

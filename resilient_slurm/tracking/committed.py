@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from resilient_slurm.analysis.metrics import read_metrics
-from resilient_slurm.ledger import read_new_events, utc_now
+from resilient_slurm.files import atomic_write, utc_stamp
+from resilient_slurm.ledger import read_new_events
+from resilient_slurm.rundir import RunDir
+from resilient_slurm.rundir.metrics import read_metrics
 from resilient_slurm.tracking.history import CommitBuffer, Row, attach_events, resume_point
 
 log = logging.getLogger("resilient_slurm")
@@ -53,8 +54,8 @@ class CommittedHistory:
     def __init__(self, sink: Sink, run_dir: Path, mark_path: Path, on_disk: int | None) -> None:
         self.sink = sink
         self.mark_path = mark_path
-        self.ledger = run_dir / "events.jsonl"
-        self.metrics = run_dir / "metrics.jsonl"
+        self.ledger = RunDir(run_dir).events
+        self.metrics = RunDir(run_dir).metrics
         logged_through, self.ledger_offset = resume_point(read_mark(mark_path), on_disk)
         self.sends = [(logged_through, self.ledger_offset)]
         self.buffer = CommitBuffer(logged_through)
@@ -66,7 +67,7 @@ class CommittedHistory:
     def log(self, step: int, values: dict[str, Any]) -> None:
         # Stamped as metrics.jsonl stamps its rows, so a sink can date each point by when its step
         # ran, not by when a checkpoint committed it.
-        self.buffer.add(step, {"time": utc_now(), **values})
+        self.buffer.add(step, {"time": utc_stamp(), **values})
 
     def commit(self, step: int) -> None:
         if self.failed:
@@ -106,9 +107,7 @@ class CommittedHistory:
         self.last_sent = rows[-1][0]
 
     def _write_mark(self) -> None:
-        tmp = self.mark_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"sends": self.sends}))
-        os.replace(tmp, self.mark_path)
+        atomic_write(self.mark_path, json.dumps({"sends": self.sends}))
 
 
 def read_mark(path: Path) -> list[tuple[int, int]]:

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.analysis.record import GIT_DIR, read_record
 from resilient_slurm.config import Config, flatten
 from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.files import stamp_seconds
+from resilient_slurm.rundir import RunDir
+from resilient_slurm.rundir.record import GIT_DIR, read_record
 from resilient_slurm.tracking import mlflow_store
 from resilient_slurm.tracking.base import DASHBOARD_KEYS, Table, run_group
 from resilient_slurm.tracking.history import Row
@@ -74,8 +75,8 @@ class MlflowSink:
         logged = client.get_run(run_id).data.params
         params = [Param(k, _param(v)) for k, v in flatten(cfg).items() if k not in logged]
         client.log_batch(run_id, params=params, tags=[RunTag(k, v) for k, v in tags.items()])
-        if (run_dir / "config.yaml").is_file():
-            client.log_artifact(run_id, str(run_dir / "config.yaml"))
+        if RunDir(run_dir).config.is_file():
+            client.log_artifact(run_id, str(RunDir(run_dir).config))
         return cls(client, run_id, run_dir), max(mlflow_store.steps(client, run_id), default=0)
 
     def send(self, rows: list[Row]) -> None:
@@ -126,7 +127,7 @@ class MlflowSink:
             self.client.set_tag(self.run_id, "mlflow.source.git.commit", git["commit"])
         if git.get("branch"):
             self.client.set_tag(self.run_id, "mlflow.source.git.branch", git["branch"])
-        for diff in sorted((self.run_dir / GIT_DIR).glob("*.diff")):
+        for diff in sorted(RunDir(self.run_dir).git.glob("*.diff")):
             self.client.log_artifact(self.run_id, str(diff), GIT_DIR)
 
 
@@ -164,7 +165,7 @@ def _millis(stamp: Any) -> int:
     """A UTC `time` as metrics.jsonl writes it, in epoch milliseconds; now when there is none."""
     if isinstance(stamp, str):
         try:
-            return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+            return int(stamp_seconds(stamp) * 1000)
         except ValueError:
             pass
     return int(time.time() * 1000)

@@ -21,16 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FOLDER = "mlflow"
+from resilient_slurm.files import atomic_write
+from resilient_slurm.rundir import RunDir
+
 RUN_FILE = "run.json"
 RUN_TAG = "resilient_slurm.run_id"
 STEP_KEY = "step"
-DEFAULT_STORE = "mlruns"
 
 
 def store_uri(configured: str | None, run_dir: Path) -> str:
     """`tracking.uri`, or the file store inside the run directory."""
-    return configured or str((run_dir / DEFAULT_STORE).resolve())
+    return configured or str(RunDir(run_dir).mlruns.resolve())
 
 
 def is_file_store(uri: str) -> bool:
@@ -57,16 +58,14 @@ def client(uri: str) -> Any:
 def read_ids(run_dir: Path) -> dict[str, Any] | None:
     """{"tracking_uri", "run_id"} of the MLflow run this run directory continues, if it has one; the
     uri as configured (None: the store inside the run directory, wherever the directory is now)."""
-    path = run_dir / FOLDER / RUN_FILE
+    path = RunDir(run_dir).mlflow / RUN_FILE
     return json.loads(path.read_text()) if path.is_file() else None
 
 
 def write_ids(run_dir: Path, configured_uri: str | None, run_id: str) -> None:
-    path = run_dir / FOLDER / RUN_FILE
+    path = RunDir(run_dir).mlflow / RUN_FILE
     path.parent.mkdir(exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"tracking_uri": configured_uri, "run_id": run_id}))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps({"tracking_uri": configured_uri, "run_id": run_id}))
 
 
 def steps(mlflow_client: Any, run_id: str) -> list[int]:

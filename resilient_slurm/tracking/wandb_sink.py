@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from resilient_slurm.config import Config, to_dict
+from resilient_slurm.rundir import RunDir
 from resilient_slurm.tracking import wandb_files
 from resilient_slurm.tracking.base import DASHBOARD_KEYS, Table, run_group
 from resilient_slurm.tracking.committed import MARK
@@ -66,7 +67,7 @@ class WandbSink:
             settings=wandb.Settings(console="off", quiet=True),
         )
         # Reading the segments back is cheap (about 0.1 s per 5,000 logged steps here).
-        on_disk = (lambda: _highest_step_on_disk(run_dir / "wandb", meta["run_id"])) if mode == "offline" else None
+        on_disk = (lambda: _highest_step_on_disk(RunDir(run_dir).wandb, meta["run_id"])) if mode == "offline" else None
         sink = cls(run, lambda t: wandb.Table(columns=list[str | int](t.columns), data=t.rows), on_disk)
         return sink, on_disk() if on_disk else None
 

@@ -12,10 +12,11 @@ from datetime import datetime
 
 import pytest
 
-from resilient_slurm.analysis.metrics import read_metrics
+from resilient_slurm.rundir.metrics import read_metrics
 from resilient_slurm.config import flatten
 from resilient_slurm.exit_codes import ExitCode
-from resilient_slurm.launch.rundir import load_config, read_meta
+from resilient_slurm.rundir.identity import load_config
+from resilient_slurm.rundir.meta import read_meta
 from resilient_slurm.tracking import mlflow_store
 from tests.integration.runs import REPO, events, finish, interrupt, launch, run_dir
 

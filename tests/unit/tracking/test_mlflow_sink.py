@@ -9,9 +9,10 @@ from datetime import datetime
 
 import pytest
 
-from resilient_slurm.analysis.metrics import MetricsFile, read_metrics
+from resilient_slurm.rundir.metrics import MetricsFile, read_metrics
 from resilient_slurm.config import Config, flatten
-from resilient_slurm.launch import rundir
+from resilient_slurm.launch.prepare import prepare
+from resilient_slurm.rundir.meta import read_meta
 from resilient_slurm.ledger import EventLog, Finish, Resume, Save, Start, Stop, read_events
 from resilient_slurm.tracking import Table, mlflow_store, open_tracker
 from resilient_slurm.tracking.committed import CommittedHistory
@@ -85,7 +86,7 @@ def test_the_same_in_a_sqlite_store(sqlite_cfg, tmp_path, monkeypatch):
 
 
 def three_processes_make_one_run_with_each_step_once(cfg):
-    run_dir, _ = rundir.prepare(cfg, [])
+    run_dir, _ = prepare(cfg, [])
     segment(cfg, run_dir, range(1, 11), commit=5, code=75)
     # Killed right after its commit at 8 (no close); the next resumes from 3, an older checkpoint:
     # 4..8 are already in MLflow, so their recomputed values stay out of the run.
@@ -119,7 +120,7 @@ def three_processes_make_one_run_with_each_step_once(cfg):
     data = runs[0].data
     assert data.params == {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(cfg).items()}
     assert data.tags["experiment"] == "exp" and data.tags["run"] == "r" and data.tags["nightly"] == ""
-    assert data.tags[mlflow_store.RUN_TAG] == rundir.read_meta(run_dir)["run_id"]
+    assert data.tags[mlflow_store.RUN_TAG] == read_meta(run_dir)["run_id"]
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert {"config.yaml", "eval", "events"} <= artifacts
     table = json.loads(open(client.download_artifacts(
@@ -135,7 +136,7 @@ def three_processes_make_one_run_with_each_step_once(cfg):
 def test_events_at_close_repeating_a_kind_add_to_the_last_row(cfg):
     """A save seen at close, at the step of the last row sent, which already counts one: MLflow
     cannot change a point, so the new total is a later point at that step."""
-    run_dir, _ = rundir.prepare(cfg, [])
+    run_dir, _ = prepare(cfg, [])
     ledger = EventLog(run_dir / "events.jsonl")
     tracker = open_tracker(cfg, run_dir, 0)
     save = Save(reason="periodic", mode="async", path="p", bytes=1, seconds=0.1, blocking_s=0.0, has_optimizer=True)
@@ -155,7 +156,7 @@ def test_events_at_close_repeating_a_kind_add_to_the_last_row(cfg):
 
 
 def test_a_stop_leaves_the_run_scheduled_and_git_state_is_logged(cfg):
-    run_dir, _ = rundir.prepare(cfg, [])
+    run_dir, _ = prepare(cfg, [])
     diff = run_dir / "git" / "abc-1234.diff"
     diff.parent.mkdir()
     diff.write_text("--- a\n+++ b\n")
@@ -171,7 +172,7 @@ def test_a_stop_leaves_the_run_scheduled_and_git_state_is_logged(cfg):
 
 def test_a_lost_run_id_finds_the_run_by_its_tag(cfg):
     """Killed between creating the MLflow run and recording its id: the next process continues it."""
-    run_dir, _ = rundir.prepare(cfg, [])
+    run_dir, _ = prepare(cfg, [])
     segment(cfg, run_dir, range(1, 4), commit=3, code=75)
     (run_dir / "mlflow" / "run.json").unlink()
     segment(cfg, run_dir, range(4, 7), commit=6, code=0, resumed_from=3)

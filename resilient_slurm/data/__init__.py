@@ -1,0 +1,12 @@
+"""What a run trains on: tokenizers, packed rows, and the exact-position sampler over them.
+
+Modules, from files to batches:
+    tokenizer      a Hugging Face directory's tokenizer.json, special tokens, EOS ids and chat template
+    chat_template  chat templates rendered in jinja2's sandbox as transformers renders them
+    fingerprint    the data's version: size, mtime and sampled blocks of each file, cheap at any size
+    packing        documents packed into rows; labels and positions of a row                    [pure]
+    batches        the Batch of packed rows and the exact-position sampler over them
+
+Sub-packages:
+    chat/          chat .jsonl → held-out split, tokenized, packed rows in a cache entry
+"""
