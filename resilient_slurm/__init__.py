@@ -11,7 +11,7 @@ Floors, from the ground up; a module imports only from its own floor or the ones
     rundir/      a run directory: its files, identity, run.json, metrics and record writers
     health/      node health: the Xid scanner (tools/xid_scan), NVML checks, exclude list
     monitor/     in-training fault detection and the GPU sampler
-    tracking/    wandb, one run across restarts
+    tracking/    wandb or MLflow, one run across restarts
     analysis/    readers: goodput, report, compare, plots
     checkpoint/  atomic sharded checkpoints, tiers, resume, verify
     model/       the decoder, pretrained weights, LoRA, FSDP2

@@ -28,8 +28,8 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "checkpoint/collectives.py", "monitor/heartbeats.py",
         *(f"config/{m}.py" for m in ("checks", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",
                                      "tracking", "faults", "sweep", "schema"))]
-SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "submitit", "pynvml",
-                "fcntl", "mmap", "requests", "urllib"}
+SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "mlflow", "submitit",
+                "pynvml", "fcntl", "mmap", "requests", "urllib"}
 
 
 def test_types():
@@ -148,6 +148,18 @@ def test_every_module_imports():
     for path in PACKAGE.rglob("*.py"):
         if path.stem != "__main__":
             importlib.import_module(_module_name(path))
+
+
+def test_every_module_imports_without_the_tracking_backends():
+    """wandb and mlflow are extras: only their sinks (and readers) import them, inside functions. A
+    None in sys.modules makes each unimportable, as if it were not installed."""
+    script = ("import importlib, sys\n"
+              "sys.modules['wandb'] = sys.modules['mlflow'] = None\n"
+              f"for name in {sorted(_module_name(p) for p in PACKAGE.rglob('*.py') if p.stem != '__main__')!r}:\n"
+              "    importlib.import_module(name)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=PACKAGE.parent, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_no_bench_script_shadows_the_standard_library():

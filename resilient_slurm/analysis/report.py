@@ -1,9 +1,9 @@
 """`python -m resilient_slurm.report RUN_DIR [RUN_DIR ...]` (or `resilient-report`): what happened to a run.
 
 For one run: a summary to read in a terminal (steps done, wall time, restarts by cause, steps
-lost to faults, time lost to saves and restarts, goodput, the last checkpoint, the code and the
-wandb segments) and `report.png` in the run directory (the loss curve with restarts, rollbacks and
-faults marked, and a timeline of productive and lost time). For several runs: the main figures
+lost to faults, time lost to saves and restarts, goodput, the last checkpoint, the code, the
+wandb segments or the MLflow run) and `report.png` in the run directory (the loss curve with
+restarts, rollbacks and faults marked, and a timeline of productive and lost time). For several runs: the main figures
 side by side, and a PNG for each.
 
 Loading and summing up live in summary.py; the renderers here are pure.
@@ -21,6 +21,7 @@ from typing import Any
 from resilient_slurm.analysis.goodput import Restart
 from resilient_slurm.analysis.summary import ReportError, Summary, load, summarize
 from resilient_slurm.config import ConfigError
+from resilient_slurm.tracking.mlflow_store import StoredRun, is_file_store
 
 PNG = "report.png"
 
@@ -62,6 +63,8 @@ def render(s: Summary) -> str:
         add("wandb", f"{f.wandb_mode}, {len(f.wandb_segments)} segment(s) of run {f.meta['run_id']}; upload with")
         add("", f"wandb sync --id {f.meta['run_id']} -p {f.meta.get('experiment', '<project>')} "
                 f"{f.path}/wandb/offline-run-*-{f.meta['run_id']}*")
+    if f.mlflow:
+        lines.extend(_mlflow_lines(f.mlflow))
     if a.attempts:
         lines.append("")
         lines.append(f"  {'attempt':<8}{'began':<10}{'duration':>9}  {'steps':<13}{'job':<10}ended")
@@ -96,6 +99,18 @@ def render_side_by_side(summaries: list[Summary]) -> str:
     table = [[key] + [cell(s, key) for s in summaries] for key in keys]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in table) + "\n"
+
+
+def _mlflow_lines(m: StoredRun) -> list[str]:
+    where = f"run {m.run_id} in {m.uri}"
+    if m.error:
+        return [f"  {'mlflow':<12}{where}: {m.error}"]
+    lines = [f"  {'mlflow':<12}{m.status}, {m.steps} step(s) logged through step {m.last_step}; {where}"]
+    if is_file_store(m.uri):
+        lines.append(f"  {'':<12}browse with: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {m.uri}")
+    elif m.uri.startswith("sqlite:"):
+        lines.append(f"  {'':<12}browse with: mlflow ui --backend-store-uri {m.uri}")
+    return lines
 
 
 def _restart_count(restarts: list[Restart]) -> str:

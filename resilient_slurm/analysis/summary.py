@@ -14,6 +14,7 @@ from resilient_slurm.rundir.metrics import lost_path, read_metrics
 from resilient_slurm.rundir.record import read_record
 from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.ledger import Event, read_events
+from resilient_slurm.tracking.mlflow_store import StoredRun, describe
 from resilient_slurm.tracking.wandb_files import segments
 
 
@@ -34,6 +35,8 @@ class RunFiles:
     record: list[dict[str, Any]]
     wandb_segments: list[str] = field(default_factory=list)
     wandb_mode: str | None = None
+    mlflow: StoredRun | None = None
+    """The run's MLflow run as its store holds it (None: the run never used MLflow)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ def load(run_dir: Path) -> RunFiles:
         path=run_dir, meta=meta, max_steps=max_steps, events=read_events(RunDir(run_dir).events),
         kept=read_metrics(metrics), lost=read_metrics(lost_path(metrics)), record=read_record(run_dir),
         wandb_segments=[str(p.parent) for p in segments(RunDir(run_dir).wandb, meta["run_id"])], wandb_mode=mode,
+        mlflow=describe(run_dir),
     )
 
 

@@ -49,11 +49,12 @@ from resilient_slurm.config.monitor import FINDINGS, HealthConfig, MonitorConfig
 from resilient_slurm.config.run import RunConfig
 from resilient_slurm.config.schema import PLACEMENT_PREFIXES, Config, validate
 from resilient_slurm.config.sweep import PRUNERS, SAMPLERS, SCHEDULERS, SweepConfig
-from resilient_slurm.config.tracking import TRACKING_MODES, EvalConfig, TrackingConfig
+from resilient_slurm.config.tracking import TRACKING_BACKENDS, TRACKING_MODES, EvalConfig, TrackingConfig
 from resilient_slurm.config.train import OptimConfig, TrainConfig
 
 __all__ = [
     "DTYPES", "FINDINGS", "LORA_TARGETS", "LOSS_MODES", "PLACEMENT_PREFIXES", "PRUNERS", "SAMPLERS", "SCHEDULERS",
+    "TRACKING_BACKENDS",
     "TRACKING_MODES", "Adjustment", "CheckpointConfig", "ClusterConfig", "ColdTierConfig", "Config", "ConfigError",
     "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "HealthConfig", "LoRAConfig", "ModelConfig",
     "MonitorConfig", "OptimConfig", "RunConfig", "SweepConfig", "TrackingConfig", "TrainConfig", "driven",

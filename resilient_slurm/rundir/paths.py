@@ -85,6 +85,16 @@ class RunDir:
     def wandb(self) -> Path:
         return self.path / "wandb"
 
+    @property
+    def mlruns(self) -> Path:
+        """mlruns/: the MLflow file store of a run with tracking.backend=mlflow and no tracking.uri."""
+        return self.path / "mlruns"
+
+    @property
+    def mlflow(self) -> Path:
+        """mlflow/: the id of the MLflow run this directory continues, and what was sent to it."""
+        return self.path / "mlflow"
+
     def exists(self) -> bool:
         """A run directory is one once its config is written."""
         return self.config.exists()

@@ -9,6 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from resilient_slurm.config import Config
+
+# metrics.jsonl's keys as the dashboards show them (wandb and MLflow alike); keys not listed keep their name.
+DASHBOARD_KEYS = {
+    "loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "epoch": "train/epoch",
+    "tokens": "train/tokens", "tokens_per_s": "perf/tokens_per_s", "samples_per_s": "perf/samples_per_s",
+    "step_seconds": "perf/step_seconds", "eval_seconds": "perf/eval_seconds", "val_loss": "val/loss",
+    "exact_match": "val/exact_match", "gpu_util": "gpu/utilization", "gpu_mem_gb": "gpu/memory_gb",
+    "gpu_mem_peak_gb": "gpu/memory_peak_gb",
+}
+
 
 @dataclass(frozen=True)
 class Table:
@@ -16,6 +27,11 @@ class Table:
 
     columns: list[str]
     rows: list[list[Any]]
+
+
+def run_group(cfg: Config, meta: dict[str, Any]) -> str | None:
+    """The group a run is shown in: its ablation group, or a search's study for its trials."""
+    return meta.get("ablation", {}).get("group") or (f"sweep-{cfg.sweep.name}" if cfg.sweep.name else None)
 
 
 class Tracker(Protocol):

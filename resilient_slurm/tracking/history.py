@@ -1,6 +1,6 @@
 """What reaches the tracker's history, and when. Pure.
 
-The problem: wandb (online or offline) can never delete history, but a run that is killed loses
+The problem: a tracker (wandb, MLflow) can never delete history, but a run that is killed loses
 the steps after its last checkpoint and computes them again after the resume. Logging every step
 as it happens would put those steps into the run twice, from two timelines, and a restarted
 process's step counter would go back below steps already logged.
@@ -13,7 +13,7 @@ of a segment that dies before its next checkpoint never reach the tracker (the r
 them from `metrics-lost.jsonl`).
 
 A second guard covers a resume from an older checkpoint (the newest failed to verify): the
-buffer starts from the highest step the tracker already holds (`logged_through`; wandb_tracker
+buffer starts from the highest step the tracker already holds (`logged_through`; committed.py
 says how it is known), so steps at or below it are not sent again even though they are
 recomputed. Those rows then belong to the abandoned timeline; the alternative, duplicate steps,
 would break every chart.

@@ -217,3 +217,27 @@ def test_spare_nodes_and_elastic_shrinking():
                            "cluster.elastic.min_nodes=3"))
     assert [line.split(":")[0] for line in str(err.value).splitlines()] == ["cluster.spare_nodes",
                                                                            "cluster.elastic.min_nodes"]
+
+
+@pytest.mark.parametrize("overrides, problem", [
+    (["tracking.backend=neptune"], "tracking.backend: 'neptune' unknown; use one of wandb, mlflow, none"),
+    (["tracking.uri=/srv/mlruns"], "tracking.uri: only tracking.backend=mlflow uses it; set tracking.backend=mlflow "
+                                   "or remove tracking.uri"),
+    (["tracking.backend=mlflow", "tracking.uri=mlruns"],
+     "tracking.uri: 'mlruns' is a relative path; give an absolute path or a URI"),
+    (["tracking.backend=mlflow", "tracking.uri='http://host:5000'"],
+     "tracking.uri: http://host:5000 is a server, which tracking.mode=offline never sends to; set tracking.mode=online"),
+    (["tracking.backend=mlflow", "tracking.mode=online"],
+     "tracking.uri: tracking.mode=online sends to a server; set tracking.uri=http://HOST:PORT (or mode=offline)"),
+    (["tracking.backend=mlflow"], None),
+    (["tracking.backend=mlflow", "tracking.uri='sqlite:////srv/mlflow.db'"], None),
+    (["tracking.backend=mlflow", "tracking.mode=online", "tracking.uri='https://host'"], None),
+    (["tracking.backend=none"], None),
+])
+def test_tracking_backend_and_uri(overrides, problem):
+    if problem is None:
+        assert to_config(composed("+experiment=tiny_sft", *overrides)).tracking.backend == overrides[0].split("=")[1]
+        return
+    with pytest.raises(ConfigError) as err:
+        to_config(composed("+experiment=tiny_sft", *overrides))
+    assert str(err.value) == problem

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from resilient_slurm.config import Config
-from resilient_slurm.tracking import NullTracker, effective_mode, open_tracker
+from resilient_slurm.tracking import NullTracker, effective_mode, open_tracker, package_problem
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,44 @@ def test_a_tracker_that_cannot_start_leaves_training_alone(tmp_path, monkeypatch
     # No run.json: the wandb run id is missing, as if the run directory were broken.
     assert isinstance(open_tracker(Config(), tmp_path, 0), NullTracker)
     assert "tracking is off for this attempt" in caplog.text
+
+
+@pytest.mark.parametrize("backend, mode, rank", [("none", "offline", 0), ("mlflow", "disabled", 0), ("mlflow", "offline", 1)])
+def test_no_tracker_imports_no_backend(tmp_path, monkeypatch, backend, mode, rank):
+    for name in ("wandb", "mlflow"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    cfg = Config()
+    cfg.tracking.backend, cfg.tracking.mode = backend, mode
+    tracker = open_tracker(cfg, tmp_path, rank)
+    assert isinstance(tracker, NullTracker) and "wandb" not in sys.modules and "mlflow" not in sys.modules
+    assert package_problem(cfg) is None or backend != "none"
+
+
+@pytest.mark.parametrize("backend", ["wandb", "mlflow"])
+def test_a_missing_package_names_its_extra(tmp_path, monkeypatch, caplog, backend):
+    """The package is made unimportable (as if not installed) by None entries in sys.modules, its
+    submodules' too (another test may have imported them)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setattr(logging.getLogger("resilient_slurm"), "propagate", True)
+    for name in [m for m in sys.modules if m.startswith(f"{backend}.")] + [backend]:
+        monkeypatch.setitem(sys.modules, name, None)
+    (tmp_path / "run.json").write_text('{"run_id": "x1"}')
+    cfg = Config()
+    cfg.tracking.backend = backend
+    assert isinstance(open_tracker(cfg, tmp_path, 0), NullTracker)
+    assert f"{backend} is not installed (pip install 'resilient-slurm[{backend}]')" in caplog.text
+    assert "tracking is off for this attempt" in caplog.text
+    assert package_problem(cfg) == (f"tracking.backend: {backend} is not installed; pip install "
+                                    f"'resilient-slurm[{backend}]', or set tracking.backend=none "
+                                    "(metrics.jsonl still has every step)")
+    cfg.tracking.mode = "disabled"
+    assert package_problem(cfg) is None
+
+
+def test_installed_packages_are_no_problem():
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    for backend in ("wandb", "mlflow", "none"):
+        cfg = Config()
+        cfg.tracking.backend = backend
+        assert package_problem(cfg) is None

@@ -13,7 +13,8 @@ from resilient_slurm.rundir.meta import read_meta
 from resilient_slurm.ledger import EventLog, Finish, Resume, Save, Start, Stop, read_events
 from resilient_slurm.tracking import open_tracker
 from resilient_slurm.tracking.wandb_files import history, segments
-from resilient_slurm.tracking.wandb_tracker import WandbTracker
+from resilient_slurm.tracking.committed import CommittedHistory
+from resilient_slurm.tracking.wandb_sink import WandbSink
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def segment(cfg, run_dir, steps, commit, code, resumed_from=None):
     ledger = EventLog(run_dir / "events.jsonl")
     metrics = MetricsFile(run_dir / "metrics.jsonl")
     tracker = open_tracker(cfg, run_dir, 0)
-    assert isinstance(tracker, WandbTracker)
+    assert isinstance(tracker, CommittedHistory) and isinstance(tracker.sink, WandbSink)
     ledger.emit(Start(world_size=1, pid=os.getpid(), host="here"), 0)
     if resumed_from is not None:
         metrics.truncate_after(resumed_from)
