@@ -27,6 +27,7 @@ from resilient_slurm.supervise.local import run_local
 from resilient_slurm.launch.submit import submit
 from resilient_slurm.ledger import ConfigAdjusted, EventLog
 from resilient_slurm.model.pretrained import apply_pretrained
+from resilient_slurm.tracking import package_problem
 
 register_schema()
 
@@ -37,6 +38,8 @@ def main(dict_cfg: DictConfig) -> None:
     adjustments: list[Adjustment] = []
     try:
         cfg = to_config(dict_cfg, explicit_keys(overrides), adjustments, resolve_model=apply_pretrained)
+        if (missing := package_problem(cfg)) is not None:
+            raise ConfigError(missing)
         run_dir, resumed = prepare(cfg, overrides)
     except ConfigError as e:
         for line in str(e).splitlines():
