@@ -100,7 +100,23 @@ class ModelConfig:
 
 
 @dataclass
+class SourceConfig:
+    """One source of a pretraining mixture (data.kind=tokens)."""
+
+    name: str = ""
+    """Its name in metrics, positions and messages: letters, digits, '.', '_', '-'."""
+    path: str = ""
+    """A Megatron .bin/.idx prefix, a token array file, a glob, or a directory of them."""
+    weight: float = 1.0
+    """Its target share of the trained tokens (weights are normalised over the sources)."""
+    dtype: str | None = None
+    """Token dtype of headerless arrays (.npy as OLMo/dolma write: uint16 or uint32); Megatron files carry theirs."""
+
+
+@dataclass
 class DataConfig:
+    kind: str = "chat"
+    """chat: conversations (data.path); tokens: pretraining on token corpora mixed by weight (data.sources)."""
     task: str = "tiny-chat"
     """Dataset name, used in generated run names."""
     path: str = "asset:tiny_chat/chat.jsonl"
@@ -129,6 +145,18 @@ class DataConfig:
     cache_dir: str = ""
     """Where tokenized data is cached (keyed by data, tokenizer and settings); empty =
     <run.root>/.cache/tokenized."""
+    sources: list[SourceConfig] = field(default_factory=list)
+    """data.kind=tokens: the mixture, [{name, path, weight}, ...]."""
+    on_exhausted: str = "repeat"
+    """A source with no unseen sequence left: repeat (a new epoch of it, in a new order) or stop the run."""
+    document_mask: bool = False
+    """Keep attention and positions inside each document of a window (else plain causal over the window)."""
+    val_sequences: int = 64
+    """Windows held out of each source for validation loss and perplexity, never trained on."""
+    phase: str = "main"
+    """Data phase: resuming with another name and new sources or weights starts a new phase at that step."""
+    index_dir: str = ""
+    """Where prepared orders are kept; empty = order-index/ beside each source's files."""
 
 
 @dataclass
@@ -143,11 +171,21 @@ class OptimConfig:
     eps: float = 1e-8
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value (0 disables clipping)."""
+    schedule: str = "cosine"
+    """cosine (warmup, then cosine decay over the run) or wsd (warmup, stable at lr, decay at the end)."""
+    decay_fraction: float = 0.1
+    """wsd: the last fraction of the steps that decays to lr * min_lr_ratio."""
+    decay_steps: int = 0
+    """wsd: decay over this many last steps instead (0: decay_fraction); an anneal from step S: max_steps=S+N."""
+    decay_shape: str = "linear"
+    """wsd: linear, cosine or sqrt (1 - sqrt of the decay's progress)."""
 
 
 @dataclass
 class TrainConfig:
     max_steps: int = 300
+    max_tokens: int = 0
+    """A budget in trained tokens instead of max_steps: ceil(max_tokens / (global_batch_size * seq_len)) steps (0: off)."""
     seed: int = 1234
     log_every_steps: int = 10
     deterministic: bool = True
@@ -581,14 +619,18 @@ def fit_warmup(cfg: Config, explicit: set[str]) -> Adjustment | None:
     """A warmup the user did not choose that does not fit a short run (a smoke run of a recipe with
     `train.max_steps=20`) is cut to a tenth of the run. A warmup set on the command line is the
     user's: validation still refuses it if it does not fit."""
-    o, t = cfg.optim, cfg.train
-    if "optim.warmup_steps" in explicit or t.max_steps < 1 or o.warmup_steps < t.max_steps:
+    o, steps = cfg.optim, train_steps(cfg)
+    if "optim.warmup_steps" in explicit or steps < 1 or o.warmup_steps < steps:
         return None
     old = o.warmup_steps
-    o.warmup_steps = t.max_steps // 10
+    o.warmup_steps = steps // 10
     return Adjustment("optim.warmup_steps", old, o.warmup_steps,
-                      f"the preset's warmup does not fit train.max_steps={t.max_steps}; set optim.warmup_steps "
+                      f"the preset's warmup does not fit {_budget(cfg.train, steps)}; set optim.warmup_steps "
                       f"to choose another")
+
+
+def _budget(t: TrainConfig, steps: int) -> str:
+    return f"train.max_tokens={t.max_tokens} ({steps} steps)" if t.max_tokens > 0 else f"train.max_steps={steps}"
 
 
 def explicit_keys(overrides: Iterable[str]) -> set[str]:
@@ -657,7 +699,21 @@ def validate(cfg: Config) -> list[str]:
          f"model.lora.targets: empty; use some of {', '.join(LORA_TARGETS)}")
     need(d.seq_len <= m.max_seq_len,
          f"data.seq_len: {d.seq_len} exceeds model.max_seq_len={m.max_seq_len}; lower it or raise max_seq_len")
-    need(bool(d.path), "data.path: empty; set data.path=FILE.jsonl (or a directory of .jsonl files)")
+    need(d.kind in ("chat", "tokens"), f"data.kind: {d.kind!r}; use chat or tokens")
+    need(d.kind != "tokens" or bool(d.sources), "data.sources: empty; give the mixture, "
+         "data.sources=[{name:web,path:/data/tok/web,weight:1}]")
+    for i, s in enumerate(d.sources if d.kind == "tokens" else []):
+        need(_safe_name(s.name), f"data.sources[{i}].name: {s.name!r} is not a plain name; use letters, digits, '.', '_', '-'")
+        need(s.weight > 0, f"data.sources[{s.name or i}].weight: {s.weight}; set a weight > 0 (or remove the source)")
+        need(bool(s.path), f"data.sources[{s.name or i}].path: empty; set it to a token prefix, file, glob or directory")
+        need(s.dtype in (None, "uint16", "uint32", "int32", "int64"),
+             f"data.sources[{s.name or i}].dtype: {s.dtype!r}; use uint16 or uint32 (or leave it unset)")
+    names = [s.name for s in d.sources]
+    need(len(set(names)) == len(names), f"data.sources: names {names} repeat; give each source its own name")
+    need(d.on_exhausted in ("repeat", "stop"), f"data.on_exhausted: {d.on_exhausted!r}; use repeat or stop")
+    need(d.val_sequences >= 0, f"data.val_sequences: {d.val_sequences}; set it >= 0")
+    need(_safe_name(d.phase), f"data.phase: {d.phase!r} is not a plain name; use letters, digits, '.', '_', '-'")
+    need(d.kind == "tokens" or bool(d.path), "data.path: empty; set data.path=FILE.jsonl (or a directory of .jsonl files)")
     # A recipe that requires model.pretrained says so already; its tokenizer comes from there.
     need(bool(d.tokenizer or m.pretrained) or "model.pretrained" in cfg.run.require, "data.tokenizer: empty and model.pretrained is not set; set one of them "
                                             "to a Hugging Face directory with tokenizer.json and a chat template")
@@ -671,9 +727,14 @@ def validate(cfg: Config) -> list[str]:
          f"{per_step}; change one of them")
     need(o.lr > 0, f"optim.lr: {o.lr}; set a learning rate > 0")
     need(0 <= o.min_lr_ratio <= 1, f"optim.min_lr_ratio: {o.min_lr_ratio}; set it within [0, 1]")
-    need(0 <= o.warmup_steps < max(t.max_steps, 1) or t.max_steps == 0,
-         f"optim.warmup_steps: {o.warmup_steps} must be below train.max_steps={t.max_steps}; lower it or "
-         f"raise train.max_steps")
+    need(0 <= o.warmup_steps < max(train_steps(cfg), 1) or train_steps(cfg) == 0,
+         f"optim.warmup_steps: {o.warmup_steps} must be below {_budget(t, train_steps(cfg))}; lower it or "
+         f"raise the budget")
+    need(o.schedule in ("cosine", "wsd"), f"optim.schedule: {o.schedule!r}; use cosine or wsd")
+    need(0 < o.decay_fraction <= 1 and o.decay_steps >= 0,
+         f"optim.decay_fraction: {o.decay_fraction}; set it within (0, 1], and optim.decay_steps >= 0")
+    need(o.decay_shape in ("linear", "cosine", "sqrt"), f"optim.decay_shape: {o.decay_shape!r}; use linear, cosine or sqrt")
+    need(t.max_tokens >= 0, f"train.max_tokens: {t.max_tokens}; set it >= 0 (0 = train.max_steps)")
     need(o.grad_clip >= 0, f"optim.grad_clip: {o.grad_clip}; set it >= 0 (0 disables clipping)")
     need(t.max_steps >= 1, f"train.max_steps: {t.max_steps}; set it to 1 or more")
     need(t.log_every_steps >= 1, f"train.log_every_steps: {t.log_every_steps}; set it to 1 or more")
@@ -800,6 +861,16 @@ def validate_allocation(cfg: Config) -> list[str]:
                  f"min_nodes or choose a global batch that every world size from {min_nodes(k)} to {k.nodes} nodes "
                  f"divides")
     return p
+
+
+def train_steps(cfg: Config) -> int:
+    """Optimizer steps of the run: train.max_steps, or train.max_tokens in whole global batches
+    (rounded up, so the budget is met; every step trains global_batch_size * seq_len tokens)."""
+    t, d = cfg.train, cfg.data
+    if t.max_tokens <= 0:
+        return t.max_steps
+    per_step = max(d.global_batch_size * d.seq_len, 1)
+    return -(-t.max_tokens // per_step)
 
 
 def world_size(cluster: ClusterConfig) -> int:
