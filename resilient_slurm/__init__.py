@@ -11,6 +11,7 @@ The shared contracts sit here; each sub-package serves one side of a run, in the
     slurm/       inside a Slurm job: each task's entry, node-health watch, scontrol
     runtime/     one rank's training loop: step, optimizer, evaluation, signals, watchdog
     workload/    the model and the data it trains on
+    data/        pretraining token data (tokens/) and its commands: tokenize, prepare
     checkpoint/  atomic sharded checkpoints, tiers, resume, verify
     monitor/     in-training fault detection and the GPU sampler
     health/      node health: the Xid scanner (tools/xid_scan), NVML checks, exclude list
