@@ -166,7 +166,9 @@ class ArrayFile:
             if f.read(len(NUMPY_MAGIC)) == NUMPY_MAGIC:
                 f.seek(0)
                 version = np.lib.format.read_magic(f)
-                shape, fortran, header_dtype = np.lib.format._read_array_header(f, version)  # type: ignore[attr-defined]
+                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, fortran, header_dtype = read_header(f)
                 self.offset = f.tell()
                 found = np.dtype(header_dtype).name
                 if dtype is not None and dtype != found:
