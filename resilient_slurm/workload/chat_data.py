@@ -34,19 +34,7 @@ from resilient_slurm.workload.chat_cache import (
     open_or_build,
     read_header,
 )
-from resilient_slurm.workload.tokenizer import ChatTokenizer
-
-ASSET_PREFIX = "asset:"
-ASSETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
-
-
-def resolve_path(path: str) -> str:
-    """`asset:NAME[/FILE]` is a file the package ships (resilient_slurm/workload/assets/); any other
-    path is returned as it is."""
-    if not path.startswith(ASSET_PREFIX):
-        return path
-    return os.path.join(ASSETS_DIR, *path[len(ASSET_PREFIX):].split("/"))
-
+from resilient_slurm.workload.tokenizer import ChatTokenizer, resolve_path
 
 def cache_root(cfg: Config) -> str:
     """data.cache_dir, or `<run.root>/.cache/tokenized` when it is empty."""

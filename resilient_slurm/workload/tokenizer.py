@@ -36,6 +36,18 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 """The files a fine-tuned model's directory needs from its base to tokenize the same way."""
 
 
+ASSET_PREFIX = "asset:"
+ASSETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
+
+
+def resolve_path(path: str) -> str:
+    """`asset:NAME[/FILE]` is a file the package ships (resilient_slurm/workload/assets/); any other
+    path is returned as it is."""
+    if not path.startswith(ASSET_PREFIX):
+        return path
+    return os.path.join(ASSETS_DIR, *path[len(ASSET_PREFIX):].split("/"))
+
+
 class TokenizerError(ValueError):
     """The tokenizer directory is unusable; the message is one line naming it and the fix."""
 

@@ -16,6 +16,8 @@ import os
 
 from resilient_slurm.data.tokens.errors import TokenDataError
 from resilient_slurm.data.tokens.tiny_corpus import KINDS, documents
+from resilient_slurm.data.tokens.tokenize_files import tokenize
+from resilient_slurm.workload.tokenizer import ChatTokenizer, resolve_path
 
 ASSET = "asset:tiny_pretrain/"
 TOKENIZER = "asset:tiny_chat"
@@ -26,10 +28,6 @@ GENERATOR_VERSION = 1
 
 def tiny_pretrain_prefixes(cache_dir: str) -> dict[str, str]:
     """Generate and tokenize the corpus under `cache_dir` (once); each kind's Megatron prefix."""
-    from resilient_slurm.data.tokens.tokenize_files import tokenize
-    from resilient_slurm.workload.chat_data import resolve_path
-    from resilient_slurm.workload.tokenizer import ChatTokenizer
-
     digest = ChatTokenizer(resolve_path(TOKENIZER), need_template=False).digest
     key = hashlib.sha256(json.dumps([GENERATOR_VERSION, DOCUMENTS, digest]).encode()).hexdigest()[:16]
     root = os.path.join(cache_dir, f"tiny_pretrain-{key}")

@@ -31,8 +31,8 @@ from resilient_slurm.data.tokens.position import NEW_PHASE
 from resilient_slurm.data.tokens.sampler import TokenBatchSampler, ValRows
 from resilient_slurm.data.tokens.sources import Source, open_source
 from resilient_slurm.data.tokens.tiny_pretrain import resolve_source_path
-from resilient_slurm.workload.chat_data import cache_root, resolve_path
-from resilient_slurm.workload.tokenizer import ChatTokenizer
+from resilient_slurm.workload.chat_data import cache_root
+from resilient_slurm.workload.tokenizer import ChatTokenizer, resolve_path
 
 RECORD = "data.json"
 """In the run directory: each data phase's sources and their files, as the phase first saw them."""

@@ -39,7 +39,7 @@ from resilient_slurm.data.tokens.idx_writer import IdxWriter
 from resilient_slurm.data.tokens.progress import progress_bar
 from resilient_slurm.data.tokens.records import text_of_line, text_of_value
 from resilient_slurm.data.tokens.text_inputs import InputReader, check_input
-from resilient_slurm.workload.tokenizer import ChatTokenizer
+from resilient_slurm.workload.tokenizer import ChatTokenizer, resolve_path
 
 FORMAT = 1
 CHUNK_ITEMS = 50_000
@@ -135,9 +135,6 @@ class _Done:
 def tokenize(inputs: list[str], prefix: str, tokenizer_dir: str, workers: int = 1, text_key: str = "text",
              bad_lines: str = "error", append_eos: bool = True, progress: bool = True,
              chunk_items: int = CHUNK_ITEMS) -> TokenizeReport:
-    # Here, not at the top: chat_data imports torch, which every spawned worker would import too.
-    from resilient_slurm.workload.chat_data import resolve_path
-
     start = time.perf_counter()
     for path in inputs:
         check_input(path)
