@@ -23,7 +23,9 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py",
         "simulate/results.py", "simulate/report.py", "workload/chat_format.py", "workload/packing.py",
         "workload/tiny_chat.py", "export/hf_layout.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",
-        "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py", "export/peft_layout.py"]
+        "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py", "export/peft_layout.py",
+        "data/tokens/idx_format.py", "data/tokens/plan.py", "data/tokens/position.py", "data/tokens/records.py",
+        "data/tokens/tiny_corpus.py"]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "submitit", "pynvml",
                 "fcntl", "mmap", "requests", "urllib"}
 
