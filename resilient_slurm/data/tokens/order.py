@@ -124,7 +124,7 @@ class SourceOrder:
             start = time.perf_counter()
             max_tokens = [f.scan() for f in self.source.files]
             rng = np.random.default_rng([int(self.source.digest[:16], 16), 0x7A1])
-            val = np.sort(rng.choice(self.windows, self.val_sequences, replace=False)).astype(_id_dtype(self.windows))
+            val: np.ndarray = np.sort(rng.choice(self.windows, self.val_sequences, replace=False)).astype(_id_dtype(self.windows))
             _write_npy(os.path.join(self.entry, "val.npy"), val)
             meta = {"format": FORMAT, "source": self.source.name, "digest": self.source.digest,
                     "seq_len": self.seq_len, "seed": self.seed, "tokens": self.source.num_tokens,

@@ -36,7 +36,7 @@ def compose(overrides: list[str]) -> Config:
         raise ValueError(f"{str(e).splitlines()[0]}; check the key=value arguments") from None
     tree = OmegaConf.to_container(composed, resolve=False)
     assert isinstance(tree, dict)
-    return to_config({k: v for k, v in tree.items() if k != "hydra"}, explicit_keys(overrides),
+    return to_config({str(k): v for k, v in tree.items() if k != "hydra"}, explicit_keys(overrides),
                      resolve_model=apply_pretrained)
 
 

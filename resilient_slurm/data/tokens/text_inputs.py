@@ -52,7 +52,7 @@ class InputReader:
             self._raw = raw
             lines: IO[bytes] = raw
             if self.path.endswith(".gz"):
-                lines = gzip.GzipFile(fileobj=raw)
+                lines = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]  # a binary file, as IO[bytes] is
             elif self.path.endswith(".zst"):
                 import zstandard
 

@@ -107,12 +107,12 @@ def open_token_data(cfg: Config, run_dir: Path | None = None, rank: int = 0) -> 
 def _check_record(run_dir: Path, phase: str, sources: list[Source], rank: int) -> None:
     """Refuse files changed within the configured phase (naming the file); record a new phase."""
     path = run_dir / RECORD
-    record = json.loads(path.read_text()) if path.exists() else {"kind": "tokens", "phases": {}}
+    record: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"kind": "tokens", "phases": {}}
     if record.get("kind") != "tokens":
         raise TokenDataError(f"data.kind: tokens, but {run_dir} is a run on chat data; start a new run (run.name)")
     seen = record["phases"].get(phase)
-    current = {s.name: {"digest": s.digest, "weight": s.weight, "tokens": s.num_tokens, "files": s.identity}
-               for s in sources}
+    current: dict[str, dict[str, Any]] = {
+        s.name: {"digest": s.digest, "weight": s.weight, "tokens": s.num_tokens, "files": s.identity} for s in sources}
     if seen is None:
         if rank == 0:
             record["phases"][phase] = current

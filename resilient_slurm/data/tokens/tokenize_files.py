@@ -142,7 +142,7 @@ def tokenize(inputs: list[str], prefix: str, tokenizer_dir: str, workers: int = 
     tok = ChatTokenizer(tokenizer_dir, need_template=False)
     dtype = token_dtype(tok.vocab_size)
     eos = tok.eos_ids[0] if append_eos else None
-    job = {"format": FORMAT, "tokenizer": tok.digest, "text_key": text_key, "eos": eos, "dtype": dtype,
+    job: dict[str, Any] = {"format": FORMAT, "tokenizer": tok.digest, "text_key": text_key, "eos": eos, "dtype": dtype,
            "bad_lines": bad_lines, "chunk_items": chunk_items,
            "inputs": [{"path": os.path.abspath(p), "bytes": os.path.getsize(p), "mtime_ns": os.stat(p).st_mtime_ns}
                       for p in inputs]}
