@@ -11,7 +11,8 @@ A window is seq_len + 1 tokens of its source's stream: the first seq_len are the
 seq_len the labels. With data.document_mask each token also carries its document's index in the
 window, so attention and positions stay inside a document and nothing predicts across a boundary
 (Batch.document_ids, as packed chat rows); without it the window is one causal sequence with
-positions 0..seq_len-1, as Megatron trains by default.
+positions 0..seq_len-1, as Megatron trains by default (its document_ids are all 0: a caller should
+pass None to the model then, so attention takes the plain causal kernel instead of a mask).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def windows_batch(orders: Sequence[SourceOrder], picks: Sequence[tuple[int, int]
     tokens = np.empty((rows, length + 1), np.int64)
     docs = np.zeros((rows, length + 1), np.int64)
     for row, (s, w) in enumerate(picks):
-        tokens[row], begins = orders[s].source.read(w * length, w * length + length + 1)
+        tokens[row], begins = orders[s].source.read(w * length, w * length + length + 1, document_mask)
         if document_mask:
             docs[row] = np.cumsum(begins)
     labels, positions = labels_and_positions(tokens, docs, np.ones_like(tokens))

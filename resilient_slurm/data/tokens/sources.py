@@ -69,9 +69,9 @@ class Source:
         self.identity = [f.identity() for f in files]
         self.digest = hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode()).hexdigest()
 
-    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    def read(self, start: int, stop: int, starts: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Tokens [start, stop) of the stream (int64), and where documents begin (a bool mask; a
-        document that begins at the first token is not marked)."""
+        document that begins at the first token is not marked; all False unless `starts`)."""
         tokens = np.empty(stop - start, np.int64)
         begins = np.zeros(stop - start, bool)
         f = int(np.searchsorted(self.starts, start, "right")) - 1
@@ -83,9 +83,9 @@ class Source:
             end = min(stop, int(self.starts[f + 1]))
             part = self.files[f].read(pos - base, end - base)
             tokens[pos - start:end - start] = part
-            begins[pos - start + self.files[f].doc_starts(pos - base, part)] = True
-            if pos == base:
-                begins[pos - start] = True
+            if starts:
+                begins[pos - start + self.files[f].doc_starts(pos - base, part)] = True
+                begins[pos - start] |= pos == base
             pos = end
         begins[0] = False
         return tokens, begins

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from resilient_slurm.data.tokens.errors import SourceExhausted, TokenDataError
+from resilient_slurm.data.tokens.sampler import metrics_row
 from resilient_slurm.data.tokens.token_data import open_token_data
 from resilient_slurm.workload.packing import IGNORE_INDEX
 from tests.token_corpora import numbered_docs, token_config, two_sources, write_prefix
@@ -85,6 +86,9 @@ def test_realized_shares_are_recorded_per_source(tmp_path):
     assert abs(pos["sources"]["web"]["share"] - 0.7) < 0.01 and pos["sources"]["web"]["tokens"] == \
         pos["sources"]["web"]["trained"] * 16
     assert pos["sources"]["code"]["file"].endswith("code.bin") and pos["sources"]["code"]["token"] >= 0
+    row = metrics_row(pos)
+    assert row["data/web/share"] == pos["sources"]["web"]["share"] and row["data/code/epoch"] == 0
+    assert row["data/web/tokens"] + row["data/code/tokens"] == 500 * 16
 
 
 def test_a_source_that_runs_out_repeats_in_a_new_order_or_stops_the_run(tmp_path):
