@@ -9,6 +9,7 @@ from tests.unit.bench.conftest import load_bench
 bench = load_bench("pretrain_data")
 
 
+@pytest.mark.slow  # two spawned workers, each importing the package and loading the tokenizer
 def test_the_tokenize_table_compares_one_and_two_workers(tmp_path):
     rows = bench.bench_tokenize(tmp_path, docs=60, vocab=400, tokenizer=None, repeats=1)
     assert rows[0].startswith("| workers |") and [r.split("|")[1].strip() for r in rows[2:]] == ["1", "2"]
