@@ -33,10 +33,10 @@ from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from resilient_slurm.config import DataConfig  # noqa: E402
-from resilient_slurm.workload.chat_cache import data_files, fingerprint  # noqa: E402
-from resilient_slurm.workload.chat_data import open_chat_data, resolve_path  # noqa: E402
-from resilient_slurm.workload.tiny_chat import WORDS, conversations  # noqa: E402
-from resilient_slurm.workload.tokenizer import ChatTokenizer  # noqa: E402
+from resilient_slurm.data.chat.cache import data_files, fingerprint  # noqa: E402
+from resilient_slurm.data.chat.dataset import open_chat_data, resolve_path  # noqa: E402
+from resilient_slurm.data.chat.tiny import WORDS, conversations  # noqa: E402
+from resilient_slurm.data.tokenizer import ChatTokenizer  # noqa: E402
 
 
 def long_chats(count: int, seed: int) -> Iterator[dict]:

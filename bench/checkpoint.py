@@ -6,6 +6,22 @@ write speed.
 
 `--json FILE` also writes the project's measured costs (medians: sync save, async blocking and
 training time lost, restore, bytes) for `python -m resilient_slurm.simulate --from-bench FILE`.
+The simulator reads these keys (all listed, with their meanings, in resilient_slurm/simulate/bench.py),
+seconds unless named otherwise, for one rank's shard:
+    bytes              bytes one rank saves
+    save_s             a synchronous save, start to committed
+    blocking_s         an async save: the loop blocked until the call returned
+    lost_s             an async save: blocked plus the training slowdown while it wrote (preferred)
+    load_s             restore from the hot tier into the training objects
+    cold_load_s        restore from the cold tier
+and, for the memory tier (issue 23; the bench writes them once it measures the tier):
+    memory_bytes       bytes one rank keeps in the memory tier (default: bytes)
+    memory_blocking_s  a memory-tier save: the loop blocked (the device->host copy)
+    memory_save_s      a memory-tier save until the own node's and the buddy's copies are committed
+    memory_load_s      restore from the own node's memory tier
+    buddy_load_s       restore from the buddy node's memory tier
+`--scale-to 8b-h100` scales the byte-bound ones from `bytes` (or `memory_bytes`) on this machine to
+an 8B model's shard per GPU on H100 nodes (resilient_slurm/simulate/scaling.py).
 
 The payload is a Llama-shaped fp32 model plus its real AdamW state after one step (2.0 GB with 8
 layers). Methodology:
@@ -50,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from resilient_slurm.checkpoint.async_save import AsyncSaver  # noqa: E402
 from resilient_slurm.checkpoint.load import load_into  # noqa: E402
 from resilient_slurm.checkpoint.save import save  # noqa: E402
+from resilient_slurm.checkpoint.train_state import TrainState  # noqa: E402
 from resilient_slurm.checkpoint.state import (  # noqa: E402
     Snapshot,
     capture_snapshot,
@@ -61,7 +78,7 @@ from resilient_slurm.checkpoint.verify import verify  # noqa: E402
 from resilient_slurm.config import CheckpointConfig, ModelConfig, OptimConfig  # noqa: E402
 from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
-from resilient_slurm.workload.model import plain_model  # noqa: E402
+from resilient_slurm.model.decoder import plain_model  # noqa: E402
 
 SAVES = ("project", "torch.save", "safetensors", "DCP")
 ASYNC = ("project", "DCP")
@@ -124,7 +141,7 @@ class Methods:
         self.stager = DefaultStager(StagingOptions(False, False, False, False))
 
     def snapshot(self) -> Snapshot:
-        return capture_snapshot(self.model, self.opt, self.sched, {"step": 1})
+        return capture_snapshot(self.model, self.opt, self.sched, TrainState(step=1))
 
     def dcp_state(self) -> dict:
         msd, osd = get_state_dict(self.model, self.opt)

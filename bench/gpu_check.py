@@ -7,12 +7,12 @@ project's dependencies (`pip install -e .`). It prints one table (PASS / FAIL / 
 and exits 0 when every check passed, 1 when one failed, 2 (one line, nothing run) without CUDA.
 
 What it runs, all through the project's code on one rank:
-- the deterministic mode the job switches on (`train.deterministic`, runtime/job.py): one cuBLAS
+- the deterministic mode the job switches on (`train.deterministic`, runtime/rank.py): one cuBLAS
   matrix product with `torch.use_deterministic_algorithms(True)`, in a child process with the
   environment as it was given; torch refuses cuBLAS in that mode unless CUBLAS_WORKSPACE_CONFIG is
   set. This process sets CUBLAS_WORKSPACE_CONFIG=:4096:8 (unless given) so the other checks run;
 - real steps: `Comm(backend="nccl")`, `parallel.build_model` (FSDP2 over a one-GPU mesh, bf16
-  compute, float32 master weights and reduction), `fill_random`, AdamW and `runtime.step.Trainer`,
+  compute, float32 master weights and reduction), `fill_random`, AdamW and `runtime.step.StepRunner`,
   on a Llama-3.2-1B-shaped model (vocab 128256, hidden 2048, MLP 8192, 16 layers, 32 query / 8
   key-value heads, tied embeddings: 1.24B parameters). Each step is --accumulation micro-batches of
   --micro rows of --seq tokens, two documents packed per row (the block-causal mask the training
@@ -63,7 +63,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient_slurm.config import CheckpointConfig, Config, ModelConfig, OptimConfig  # noqa: E402
-from resilient_slurm.workload.model import head_dim  # noqa: E402
+from resilient_slurm.model.decoder import head_dim  # noqa: E402
 
 NO_GPU_EXIT = 2
 LLAMA_1B = ModelConfig(
@@ -131,7 +131,7 @@ def packed_batches(cfg: ModelConfig, count: int, micro: int, seq: int, seed: int
     """`count` micro-batches of `micro` rows, two documents per row (positions restart, the
     block-causal mask keeps them apart), from a generator of their own: the global RNGs are left
     alone."""
-    from resilient_slurm.workload.batches import Batch
+    from resilient_slurm.data.batches import Batch
 
     g = torch.Generator().manual_seed(seed)
     half = seq // 2
@@ -161,16 +161,16 @@ class Run:
 
     @staticmethod
     def build(comm: Any, cfg: Config, seed: int) -> Run:
-        from resilient_slurm.runtime import parallel
+        from resilient_slurm.model import parallel
         from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-        from resilient_slurm.runtime.step import Trainer
+        from resilient_slurm.runtime.step import StepRunner
 
         run = Run(comm, cfg)
         run.model = parallel.build_model(cfg.model, comm.mesh, comm.device)
         parallel.fill_random(run.model, cfg.model, seed)
         run.optimizer = build_optimizer(run.model, cfg.optim)
         run.scheduler = build_scheduler(run.optimizer, cfg.optim, cfg.train.max_steps)
-        run.trainer = Trainer(run.model, run.optimizer, run.scheduler, comm, cfg.optim.grad_clip)
+        run.trainer = StepRunner(run.model, run.optimizer, run.scheduler, comm, cfg.optim.grad_clip)
         return run
 
     def train(self, steps: list[list[Any]]) -> None:
@@ -214,7 +214,7 @@ def check_deterministic_cublas(env: dict[str, str]) -> Check:
                      f"ran with CUBLAS_WORKSPACE_CONFIG={given!r}")
     error = next((line for line in reversed(done.stderr.splitlines()) if "Error" in line), done.stderr.strip()[-200:])
     return Check("deterministic mode (train.deterministic) allows cuBLAS", False,
-                 f"with CUBLAS_WORKSPACE_CONFIG={given!r}: {error[:160]}; runtime/job.py turns deterministic mode on "
+                 f"with CUBLAS_WORKSPACE_CONFIG={given!r}: {error[:160]}; runtime/rank.py turns deterministic mode on "
                  "without setting it, so a GPU run with train.deterministic=true would stop at its first matmul")
 
 
@@ -267,6 +267,7 @@ def check_resume(first: Run, batches: list[Any], k: int, root: Path, io_threads:
     from resilient_slurm.checkpoint.group import checkpoint_group
     from resilient_slurm.checkpoint.load import load_into
     from resilient_slurm.checkpoint.state import capture_snapshot
+    from resilient_slurm.checkpoint.train_state import TrainState
     from resilient_slurm.checkpoint.verify import verify
 
     comm, cfg = first.comm, first.cfg
@@ -286,7 +287,7 @@ def check_resume(first: Run, batches: list[Any], k: int, root: Path, io_threads:
         def on_done(step: int, start: float) -> Callable[[Any, str | None, float], None]:
             return lambda _result, error, _blocking: done.__setitem__(step, (time.perf_counter() - start, error))
 
-        snap = capture_snapshot(first.model, first.optimizer, first.scheduler, {"step": k})
+        snap = capture_snapshot(first.model, first.optimizer, first.scheduler, TrainState(step=k))
         # Every tensor but AdamW's step counts, which torch keeps on the host whatever the device.
         from_device = all(h.data.device.type == device.type
                           for h in [*snap.model.values(), *snap.optimizer.values()] if h.data.ndim)
@@ -299,7 +300,7 @@ def check_resume(first: Run, batches: list[Any], k: int, root: Path, io_threads:
         saver.wait()
         reference, reference_losses = first.weights(), first.losses[done_before + k:]
 
-        snap = capture_snapshot(first.model, first.optimizer, first.scheduler, {"step": 2 * k})
+        snap = capture_snapshot(first.model, first.optimizer, first.scheduler, TrainState(step=2 * k))
         start = time.perf_counter()
         blocking_warm = saver.save(2 * k, snap, on_done(2 * k, start))
         saver.wait()

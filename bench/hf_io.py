@@ -68,7 +68,7 @@ def _case(kind: str, directory: str, world: int, rank: int, out: str) -> dict[st
 
     from resilient_slurm.config import ModelConfig
     from resilient_slurm.export.hf_writer import write_hf
-    from resilient_slurm.workload.pretrained import HFWeights, expected_shapes, read_model_config
+    from resilient_slurm.model.pretrained import HFWeights, expected_shapes, read_model_config
 
     cfg = ModelConfig(**read_model_config(directory))
     weights = HFWeights(directory)

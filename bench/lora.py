@@ -5,7 +5,7 @@ and blocking time, memory per rank, tokens/s.
 
 Both modes build the same Llama-shaped model the way a run does (runtime/parallel.py: meta device,
 FSDP2 over `--ranks` gloo ranks, each rank filling its rows), train it on the same synthetic
-batches with the project's Trainer and AdamW, and save with the project's checkpoint code:
+batches with the project's StepRunner and AdamW, and save with the project's checkpoint code:
 - tokens/s: the global batch over the median step time (after 2 warm-up steps);
 - memory per rank: the bytes of the tensors a rank holds (parameter shards by dtype, gradient
   shards, AdamW state), and the process's peak RSS (ru_maxrss) after training, which adds
@@ -40,13 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient_slurm.checkpoint.async_save import AsyncSaver  # noqa: E402
 from resilient_slurm.checkpoint.save import save  # noqa: E402
+from resilient_slurm.checkpoint.train_state import TrainState  # noqa: E402
 from resilient_slurm.checkpoint.state import capture_snapshot  # noqa: E402
 from resilient_slurm.config import LoRAConfig, ModelConfig, OptimConfig  # noqa: E402
 from resilient_slurm.runtime import parallel  # noqa: E402
 from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
-from resilient_slurm.runtime.step import Trainer  # noqa: E402
-from resilient_slurm.workload.batches import Batch  # noqa: E402
+from resilient_slurm.runtime.step import StepRunner  # noqa: E402
+from resilient_slurm.data.batches import Batch  # noqa: E402
 
 SEQ, MICRO = 128, 2
 SAVES = 3
@@ -76,7 +77,7 @@ def worker(rank: int, world: int, port: int, cfg: ModelConfig, steps: int, root:
     optim = OptimConfig()
     opt = build_optimizer(model, optim)
     sched = build_scheduler(opt, optim, 1000)
-    trainer = Trainer(model, opt, sched, comm, 1.0)
+    trainer = StepRunner(model, opt, sched, comm, 1.0)
     times = []
     for step in range(steps + 2):
         start = time.perf_counter()
@@ -95,13 +96,13 @@ def worker(rank: int, world: int, port: int, cfg: ModelConfig, steps: int, root:
     saver = AsyncSaver(Path(root) / "async", comm, 1 << 30, 2)
     for i in range(SAVES + 1):
         comm.barrier()
-        res = save(Path(root) / "sync", 1 + i, capture_snapshot(model, opt, sched, {"step": 1 + i}), comm, 1 << 30, 2)
+        res = save(Path(root) / "sync", 1 + i, capture_snapshot(model, opt, sched, TrainState(step=1 + i)), comm, 1 << 30, 2)
         nbytes = res.nbytes
         if i:
             sync_s.append(res.seconds)
         comm.barrier()
         start = time.perf_counter()
-        snap = capture_snapshot(model, opt, sched, {"step": 1 + i})
+        snap = capture_snapshot(model, opt, sched, TrainState(step=1 + i))
         saver.save(1 + i, snap, lambda r, e, b: None)
         blocked = time.perf_counter() - start
         saver.wait()

@@ -4,7 +4,7 @@
                                  [--no-hf]
 
 What is measured (CPU, bf16, torch's own kernels; about a minute on 2 cores):
-- one `workload.model.DecoderLayer` at Llama-3-8B dimensions (hidden 4096, MLP 14336, 32 query and 8
+- one `model.decoder.DecoderLayer` at Llama-3-8B dimensions (hidden 4096, MLP 14336, 32 query and 8
   key/value heads), run forward on a (1, seq, 4096) input for each length in --seqs, under
   `torch.autograd.graph.saved_tensors_hooks` that record every tensor autograd keeps for the
   backward, counted once per storage, parameters left out (FSDP2 frees the unsharded weights
@@ -12,7 +12,7 @@ What is measured (CPU, bf16, torch's own kernels; about a minute on 2 cores):
   checkpointing, and with it exactly as `LlamaModel` applies it
   (`torch.utils.checkpoint.checkpoint(layer, x, cos, sin, mask, use_reentrant=False)`). The rotary
   tables and the attention mask are made once per forward and shared by all layers, so they are
-  counted apart. "masked" is the training path (`Trainer` always passes document ids, so SDPA gets
+  counted apart. "masked" is the training path (`StepRunner` always passes document ids, so SDPA gets
   a block-causal boolean mask); "causal" is SDPA's is_causal path without a mask.
 - the head at two short lengths: what the final norm and `lm_head` (vocab 128256) save (hooks), what
   `token_loss_sum` saves (the bf16 logits cast to float32, cross-entropy), and the peak of live
@@ -57,7 +57,7 @@ from torch.utils.checkpoint import checkpoint
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient_slurm.config import ModelConfig  # noqa: E402
-from resilient_slurm.workload.model import (  # noqa: E402
+from resilient_slurm.model.decoder import (  # noqa: E402
     DecoderLayer,
     LlamaForCausalLM,
     RMSNorm,

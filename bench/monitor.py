@@ -29,11 +29,11 @@ from resilient_slurm.monitor.detectors import Monitor, Observation  # noqa: E402
 from resilient_slurm.monitor.gpu_sampler import GpuSampler  # noqa: E402
 from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
-from resilient_slurm.runtime.parallel import build_model, fill_random  # noqa: E402
-from resilient_slurm.runtime.step import Trainer  # noqa: E402
+from resilient_slurm.model.parallel import build_model, fill_random  # noqa: E402
+from resilient_slurm.runtime.step import StepRunner  # noqa: E402
 from resilient_slurm.runtime.watchdog import Watchdog  # noqa: E402
-from resilient_slurm.workload.batches import PackedBatchSampler  # noqa: E402
-from resilient_slurm.workload.chat_data import open_chat_data  # noqa: E402
+from resilient_slurm.data.batches import PackedBatchSampler  # noqa: E402
+from resilient_slurm.data.chat.dataset import open_chat_data  # noqa: E402
 
 
 def main() -> None:
@@ -49,7 +49,7 @@ def main() -> None:
     logs = Path(tempfile.mkdtemp(prefix="bench-monitor-"))
     data = open_chat_data(cfg.data, cfg.data.tokenizer, str(logs / "cache"))
     opt = build_optimizer(model, cfg.optim)
-    trainer = Trainer(model, opt, build_scheduler(opt, cfg.optim, 10_000), comm, 1.0)
+    trainer = StepRunner(model, opt, build_scheduler(opt, cfg.optim, 10_000), comm, 1.0)
     sampler = PackedBatchSampler(data.train, cfg.data, 0, 0, 1)
     monitor = Monitor(cfg.monitor)
     watchdog = Watchdog(cfg.monitor, logs, EventLog(logs / "events.jsonl"), 0, lambda s, r: None, ExitCode.FAILED)

@@ -29,9 +29,9 @@ from resilient_slurm.runtime import step as step_module  # noqa: E402
 from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.runtime.oom import OomGuard  # noqa: E402
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
-from resilient_slurm.runtime.parallel import build_model, fill_random  # noqa: E402
-from resilient_slurm.runtime.step import Trainer  # noqa: E402
-from resilient_slurm.workload.batches import Batch  # noqa: E402
+from resilient_slurm.model.parallel import build_model, fill_random  # noqa: E402
+from resilient_slurm.runtime.step import StepRunner  # noqa: E402
+from resilient_slurm.data.batches import Batch  # noqa: E402
 
 
 class Unguarded(OomGuard):
@@ -41,12 +41,12 @@ class Unguarded(OomGuard):
         self.model, self.comm = model, comm
 
 
-def _trainer(cfg: Config, comm: Comm, guarded: bool) -> Trainer:
+def _trainer(cfg: Config, comm: Comm, guarded: bool) -> StepRunner:
     model = build_model(cfg.model, comm.mesh, comm.device)
     fill_random(model, cfg.model, 0)
     optimizer = build_optimizer(model, cfg.optim)
     step_module.OomGuard = OomGuard if guarded else Unguarded  # type: ignore[misc]
-    return Trainer(model, optimizer, build_scheduler(optimizer, cfg.optim, 10**6), comm, cfg.optim.grad_clip)
+    return StepRunner(model, optimizer, build_scheduler(optimizer, cfg.optim, 10**6), comm, cfg.optim.grad_clip)
 
 
 def _rank(rank: int, port: int, args: argparse.Namespace, out: dict) -> None:

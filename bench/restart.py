@@ -19,6 +19,24 @@ is gone without a trace. It prints, per run and as medians per path:
   productive / wall time, which charges the requeue's wait too.
 The bench's own clock of the kill is the failure's true time; both sides read one clock (all the
 sandbox's nodes are this machine).
+
+For the simulator (`python -m resilient_slurm.simulate --from-bench FILE`, issue 23), the JSON this
+bench writes carries these keys (all listed, with their meanings, in resilient_slurm/simulate/bench.py;
+medians, seconds unless named otherwise):
+    ranks                 world size of the runs
+    steady_step_s         a training step's median time in them
+    heartbeat_timeout_s   monitor.heartbeat_timeout_s of the hang runs
+    heartbeat_detect_s    SIGSTOP of one rank -> the monitor's hang decision
+    collective_timeout_s  cluster.collective_timeout_s of the hang runs
+    collective_detect_s   the same hang found by the collective timeout
+    crash_detect_s        SIGKILL of one rank -> the driver's decision
+    <path>_<part>_s       each restart's breakdown as its restart event records it, for path inprocess,
+                          step or requeue, and part detect, teardown, placement, process_start,
+                          rendezvous, load, data_ready, first_step (first_step: its start to its end)
+    <path>_restart_s      failure -> the first step's end
+    <path>_load_source    memory, buddy, hot or cold
+The simulator takes in_alloc_restart_s and restart_s from the step and requeue breakdowns (less
+detect, load and one steady step), and the in-process restart's costs from the inprocess one.
 """
 
 from __future__ import annotations
@@ -36,8 +54,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from resilient_slurm.analysis.goodput import account, seconds  # noqa: E402
-from resilient_slurm.analysis.metrics import lost_path, read_metrics  # noqa: E402
+from resilient_slurm.analysis.goodput import account  # noqa: E402
+from resilient_slurm.rundir.metrics import lost_path, read_metrics  # noqa: E402
+from resilient_slurm.files import stamp_seconds  # noqa: E402
 from resilient_slurm.ledger import Start, read_events, select  # noqa: E402
 
 TINY = ["+experiment=tiny_sft", "model.hidden_size=64", "model.intermediate_size=160", "model.num_layers=2",
@@ -91,8 +110,8 @@ def one_run(root: Path, name: str, extra: list[str]) -> dict[str, float | None]:
     if len(acc.attempts) < 2 or not acc.finished:
         sys.exit(f"bench/restart.py: {name} did not restart and finish: {[a.outcome for a in acc.attempts]}")
     second = acc.attempts[1]
-    started = [seconds(s.details.process_started) for s in select(events, Start)
-               if s.details.process_started and seconds(s.details.process_started) > killed_at]
+    started = [stamp_seconds(s.details.process_started) for s in select(events, Start)
+               if s.details.process_started and stamp_seconds(s.details.process_started) > killed_at]
     restart = acc.restart_list[0]
     return {
         "process_s": min(started) - killed_at if started else None,
@@ -147,7 +166,7 @@ def rank_pid(job: str, procid: int) -> int | None:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
             if not Path(argv[0].decode()).name.startswith("python"):
                 continue
-            if b"resilient_slurm.slurm.task" not in argv and b"submitit.core._submit" not in argv:
+            if b"resilient_slurm.supervise.task" not in argv and b"submitit.core._submit" not in argv:
                 continue
             env = set((proc / "environ").read_bytes().split(b"\0"))
         except OSError:

@@ -35,8 +35,8 @@ from pathlib import Path  # noqa: E402
 
 REPO = Path(sys.path[0])
 
-from resilient_slurm.analysis.metrics import lost_path, read_metrics  # noqa: E402
-from resilient_slurm.launch.rundir import load_config  # noqa: E402
+from resilient_slurm.rundir.metrics import lost_path, read_metrics  # noqa: E402
+from resilient_slurm.rundir.identity import load_config  # noqa: E402
 from resilient_slurm.ledger import TrialPruned, read_events, select  # noqa: E402
 from resilient_slurm.sweep.feed import steps_computed  # noqa: E402
 

@@ -18,7 +18,7 @@ ranks of one FSDP2 run (world 2) and one rank alone (world 1).
    its parent's high-water mark across exec. Bytes read: the rank's `rchar` in /proc/self/io
    (every byte the process read through read/pread) over the build, against the weight files'
    bytes. Then each rank checks its rows against the files.
-2. Train. The 2-rank run takes --steps optimizer steps (`runtime.step.Trainer`, bf16 compute,
+2. Train. The 2-rank run takes --steps optimizer steps (`runtime.step.StepRunner`, bf16 compute,
    float32 master weights, AdamW) on random tokens, one --seq row per rank; then each rank sums
    the bytes of its local shards (`p.to_local()`, the gradients, AdamW's state) against the
    unsharded total, computed from the global shapes. It saves that state, and the 1-rank worker
@@ -64,15 +64,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient_slurm.checkpoint.load import load_into  # noqa: E402
 from resilient_slurm.checkpoint.save import save  # noqa: E402
+from resilient_slurm.checkpoint.train_state import TrainState  # noqa: E402
 from resilient_slurm.checkpoint.state import capture_snapshot, local_rows  # noqa: E402
 from resilient_slurm.checkpoint.verify import verify  # noqa: E402
 from resilient_slurm.config import Config, ModelConfig  # noqa: E402
 from resilient_slurm.runtime import build  # noqa: E402
 from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
-from resilient_slurm.runtime.step import Trainer  # noqa: E402
-from resilient_slurm.workload.batches import Batch  # noqa: E402
-from resilient_slurm.workload.pretrained import HFWeights, read_model_config  # noqa: E402
+from resilient_slurm.runtime.step import StepRunner  # noqa: E402
+from resilient_slurm.data.batches import Batch  # noqa: E402
+from resilient_slurm.model.pretrained import HFWeights, read_model_config  # noqa: E402
 
 MEMORY_TARGET = 0.55
 """Parameter + gradient + optimizer bytes per rank, as a fraction of the unsharded total."""
@@ -132,7 +133,7 @@ class Rank:
         full = sum(p.numel() * p.element_size() for p in self.model.parameters())
         self.optimizer = build_optimizer(self.model, self.cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, self.cfg.optim, 100)
-        self.trainer = Trainer(self.model, self.optimizer, self.scheduler, self.comm, self.cfg.optim.grad_clip)
+        self.trainer = StepRunner(self.model, self.optimizer, self.scheduler, self.comm, self.cfg.optim.grad_clip)
         return {"before_meta": before_meta, "baseline": baseline, "startup_peak": startup_peak, "peak": peak,
                 "read": read,
                 "files": weights.file_bytes, "full_model": full, "seconds": seconds,
@@ -174,7 +175,7 @@ class Rank:
     def save(self, root: str, step: int, io_threads: int) -> dict[str, Any]:
         self.comm.barrier()
         start = time.perf_counter()
-        snap = capture_snapshot(self.model, self.optimizer, self.scheduler, {"step": step})
+        snap = capture_snapshot(self.model, self.optimizer, self.scheduler, TrainState(step=step))
         result = save(Path(root), step, snap, self.comm, self.cfg.checkpoint.max_shard_bytes, io_threads)
         return {"seconds": time.perf_counter() - start, "nbytes": result.nbytes, "path": str(result.path)}
 

@@ -1,7 +1,8 @@
 """The simulator at the seed's scale: how fast it runs, how it compares with published data, and the
 seed's question answered.
 
-    python bench/simulate.py [--seeds 20] [--from-bench FILE] [--skip-published]
+    python bench/simulate.py [--seeds 20] [--from-bench FILE ...] [--scale-to 8b-h100] [--skip-published]
+                             [--gpus 10000] [--days 30]
 
 1. Speed: 10,000 GPUs x 30 days x `--seeds` seeds, per strategy (target: under 30 s each), one
    process on this machine; the strategies run one after another, each timed once.
@@ -18,12 +19,17 @@ seed's question answered.
 3. The seed's question: the strategies compared on the seed's scenario (the speed runs), and the
    same with dead links caught at their first failure (what a link check in the node health
    verdict would add: the recovery decision pins a dead link when it fails the start after).
+4. Issue 23: each loss's share of the run for `spares` and its mechanisms added one at a time
+   (heartbeats, the memory tier, restarts inside the surviving processes), then what the best
+   strategy reaches as the costs no bench has measured yet move: the memory tier's blocking and
+   commit time, the in-process restart's first step at 10k ranks (NCCLX: stock NCCL initialises
+   in ~265 s at 96k GPUs, super-linearly, so in at most ~27 s at 10k), and the in-process share.
+`--gpus` and `--days` shrink the scenario (the toy-size test runs it so).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -32,10 +38,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from resilient_slurm.simulate.__main__ import inputs  # noqa: E402
+from resilient_slurm.simulate.__main__ import parser as simulate_parser  # noqa: E402
 from resilient_slurm.simulate.failures import FAULTS  # noqa: E402
-from resilient_slurm.simulate.report import compare, describe  # noqa: E402
+from resilient_slurm.simulate.report import compare, describe, losses  # noqa: E402
 from resilient_slurm.simulate.results import Summary, simulate  # noqa: E402
-from resilient_slurm.simulate.scenario import LLAMA3, STRATEGIES, Scenario, from_bench  # noqa: E402
+from resilient_slurm.simulate.scaling import PROFILES  # noqa: E402
+from resilient_slurm.simulate.scenario import LLAMA3, STEPS, STRATEGIES, Scenario  # noqa: E402
 
 
 def speed(s: Scenario, seeds: int) -> list[Summary]:
@@ -104,19 +113,46 @@ def seeds_question(summaries: list[Summary], s: Scenario, seeds: int) -> None:
     print()
 
 
+def issue23(s: Scenario, sources: dict[str, str], seeds: int) -> None:
+    print("## 4. Issue 23: heartbeats, a memory tier, restarts inside the surviving processes")
+    print()
+    print(losses([simulate(s, STRATEGIES[n], seeds)[0] for n in STEPS], sources))
+    print()
+    best = STRATEGIES["inprocess"]
+    print("What the best strategy reaches as the costs not measured yet move (the rest as above):")
+    print()
+    print("| memory_blocking_s | memory_save_s | first_step_s | in-process after a CUDA error | goodput | ETTR |")
+    print("|---|---|---|---|---|---|")
+    for blocking, commit, first, cuda in ((s.memory_blocking_s, s.memory_save_s, s.first_step_s, False),
+                                          (0.1, s.memory_save_s, s.first_step_s, False),
+                                          (0.01, 1.0, s.first_step_s, False),
+                                          (0.01, 1.0, 27.0, False),
+                                          (0.01, 1.0, s.first_step_s, True)):
+        m, _ = simulate(replace(s, memory_blocking_s=blocking, memory_save_s=max(commit, blocking),
+                                first_step_s=first, cuda_error_in_process=cuda), best, seeds)
+        print(f"| {blocking:g} | {max(commit, blocking):g} | {first:g} | {'yes' if cuda else 'no'} | "
+              f"{m.goodput:.1%} | {m.ettr:.1%} |", flush=True)
+    print()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=20)
-    p.add_argument("--from-bench", type=Path, help="costs measured by bench/checkpoint.py --json")
+    p.add_argument("--from-bench", type=Path, action="append", default=[],
+                   help="costs measured by bench/checkpoint.py --json or bench/restart.py --json; may repeat")
+    p.add_argument("--scale-to", choices=list(PROFILES), help="scale the measured costs (simulate/scaling.py)")
+    p.add_argument("--gpus", type=int, default=Scenario.gpus)
+    p.add_argument("--days", type=float, default=Scenario.days)
     p.add_argument("--skip-published", action="store_true")
     args = p.parse_args()
-    s = Scenario()
-    if args.from_bench:
-        s = replace(s, **from_bench(json.loads(args.from_bench.read_text()), str(args.from_bench)))
+    argv = ["--gpus", str(args.gpus), "--days", str(args.days)] + [a for f in args.from_bench
+                                                                     for a in ("--from-bench", str(f))]
+    s, sources = inputs(simulate_parser().parse_args(argv + (["--scale-to", args.scale_to] if args.scale_to else [])))
     summaries = speed(s, args.seeds)
     if not args.skip_published:
         published(max(args.seeds // 2, 3))
     seeds_question(summaries, s, args.seeds)
+    issue23(s, sources, args.seeds)
 
 
 if __name__ == "__main__":

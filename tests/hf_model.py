@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from resilient_slurm.workload.chat_data import resolve_path
-from resilient_slurm.workload.tokenizer import TOKENIZER_FILES
+from resilient_slurm.data.chat.dataset import resolve_path
+from resilient_slurm.data.tokenizer import TOKENIZER_FILES
 
 SIZES = dict(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0)

@@ -21,11 +21,14 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "health/kernel_log.py", "health/verdict.py", "slurm/placement.py", "slurm/srun.py", "slurm/step_end.py",
         "simulate/failures.py",
         "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py",
-        "simulate/results.py", "simulate/report.py", "workload/chat_format.py", "workload/packing.py",
-        "workload/tiny_chat.py", "export/hf_layout.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",
-        "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py", "export/peft_layout.py",
-        "data/tokens/idx_format.py", "data/tokens/plan.py", "data/tokens/position.py", "data/tokens/records.py",
-        "data/tokens/tiny_corpus.py"]
+        "simulate/results.py", "simulate/report.py", "simulate/bench.py", "simulate/scaling.py",
+        "simulate/memory.py", "data/chat/format.py", "data/packing.py",
+        "data/chat/tiny.py", "export/hf_layout.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",
+        "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py", "export/peft_layout.py", "rundir/paths.py",
+        "checkpoint/collectives.py", "data/tokens/idx_format.py", "data/tokens/plan.py", "data/tokens/position.py",
+        "data/tokens/records.py", "data/tokens/tiny_corpus.py",
+        *(f"config/{m}.py" for m in ("checks", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",
+                                     "tracking", "faults", "sweep", "schema"))]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "submitit", "pynvml",
                 "fcntl", "mmap", "requests", "urllib"}
 
@@ -104,6 +107,41 @@ def test_the_package_root_stays_small_and_every_sub_package_has_its_map():
         listed = {line.split()[0] for line in doc.splitlines() if line.startswith("    ") and line.split()}
         modules = {p.stem for p in init.parent.glob("*.py")} - {"__init__"}
         assert modules <= listed, f"{init.parent.name}/__init__.py's map lacks {sorted(modules - listed)}"
+
+
+# The package's floors, from the ground up: a module imports only from its own floor or those below.
+FLOORS = ["exit_codes", "files", "config", "ledger", "recovery", "slurm", "rundir", "health", "monitor", "tracking",
+          "analysis", "checkpoint", "model", "data", "export", "runtime", "api", "supervise", "launch", "sweep",
+          "simulate", "report", "compare"]
+# Re-exports at old paths that queued Slurm jobs' pickles name: they point up on purpose.
+LEGACY_REEXPORTS = {"slurm/task.py", "slurm/driver.py"}
+MAX_MODULE_LINES = 500
+
+
+def _floor(module: str) -> str:
+    """`resilient_slurm.checkpoint.save` -> `checkpoint`; a root module is its own floor."""
+    return module.split(".")[1]
+
+
+def test_imports_follow_the_floors_and_floors_form_no_cycle():
+    parts = {p.stem if p.parent == PACKAGE else p.parent.relative_to(PACKAGE).parts[0]
+             for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE}
+    assert parts <= set(FLOORS), f"parts with no floor in FLOORS: {sorted(parts - set(FLOORS))}"
+    against = []
+    for path in PACKAGE.rglob("*.py"):
+        if path == PACKAGE / "__init__.py" or str(path.relative_to(PACKAGE)) in LEGACY_REEXPORTS:
+            continue
+        here = _floor(_module_name(path))
+        for target in _imports(path):
+            if _module_path(target) and FLOORS.index(_floor(target)) > FLOORS.index(here):
+                against.append(f"{path.relative_to(PACKAGE)} -> {target}")
+    assert not against, "imports against the floors: " + "; ".join(sorted(against))
+
+
+def test_no_module_is_over_500_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them along a responsibility): {long}"
 
 
 def test_every_module_imports():

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.analysis.metrics import read_metrics
+from resilient_slurm.rundir import RunDir
+from resilient_slurm.rundir.metrics import read_metrics
 from resilient_slurm.config import ConfigError, flatten, to_dict
-from resilient_slurm.launch.rundir import MUTABLE_PREFIXES, changed_keys, load_config
+from resilient_slurm.rundir.identity import MUTABLE_PREFIXES, changed_keys, load_config
 
 METRICS = ("loss", "val_loss", "exact_match")
 # Always different between two runs, so never worth listing.
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"resilient_slurm.compare: {e}", file=sys.stderr)
         return 2
-    rows = [read_metrics(run / "metrics.jsonl") for run in (args.run_a, args.run_b)]
+    rows = [read_metrics(RunDir(run).metrics) for run in (args.run_a, args.run_b)]
     print(render(str(args.run_a), str(args.run_b), compare(configs[0], configs[1], rows[0], rows[1])), end="")
     return 0
 

@@ -33,10 +33,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
+from resilient_slurm.files import stamp_seconds
 from resilient_slurm.ledger import Crash, Event, GaveUp, Kind, RestartInAllocation, Resume, Save, Signal, Start, select
 
 
@@ -140,11 +140,6 @@ OUTSIDE = (Kind.SUBMITTED, Kind.CONFIG_ADJUSTED, Kind.CONFIG_CHANGED, Kind.TRIAL
 mark no attempt's time."""
 
 
-def seconds(stamp: str) -> float:
-    """Epoch seconds of a ledger/metrics UTC time (`2026-11-29T11:34:06.901Z`)."""
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
 def split_attempts(events: list[Event[Any]]) -> list[list[Event[Any]]]:
     """The ledger cut into attempts; events before the first attempt (`submitted`) are left out."""
     attempts: list[list[Event[Any]]] = []
@@ -163,15 +158,15 @@ def split_attempts(events: list[Event[Any]]) -> list[list[Event[Any]]]:
 def account(events: list[Event[Any]], kept: list[dict[str, Any]], lost: list[dict[str, Any]]) -> Accounting:
     """The run's attempts and time from its ledger, `metrics.jsonl` rows and `metrics-lost.jsonl` rows."""
     groups = split_attempts(events)
-    firsts = [seconds(g[0].time) for g in groups]
+    firsts = [stamp_seconds(g[0].time) for g in groups]
     windows = list(zip(firsts, firsts[1:] + [float("inf")]))
     kept_by = _by_attempt(kept, windows)
     lost_by = _by_attempt(lost, windows)
     attempts: list[Attempt] = []
     for i, group in enumerate(groups):
         rows = kept_by[i] + lost_by[i]
-        traces = [seconds(e.time) for e in group if e.kind not in OUTSIDE] + [seconds(r["time"]) for r in rows]
-        traces += [seconds(s.details.process_started) for s in select(group, Start) if s.details.process_started]
+        traces = [stamp_seconds(e.time) for e in group if e.kind not in OUTSIDE] + [stamp_seconds(r["time"]) for r in rows]
+        traces += [stamp_seconds(s.details.process_started) for s in select(group, Start) if s.details.process_started]
         steps = [r["step"] for r in rows] + [e.step for e in group if isinstance(e.step, int)]
         resumed = next((e.step for e in select(group, Resume) if e.step is not None), 0)
         previous = attempts[-1] if attempts else None
@@ -186,7 +181,7 @@ def account(events: list[Event[Any]], kept: list[dict[str, Any]], lost: list[dic
             job_id=job_id, restart=restart, job_step=job_step,
             in_allocation=previous is not None and job_id is not None and (previous.job_id, previous.restart) == (
                 job_id, restart) and previous.job_step != job_step,
-            first_step_s=min((seconds(r["time"]) for r in rows), default=None),
+            first_step_s=min((stamp_seconds(r["time"]) for r in rows), default=None),
             productive_s=sum(r.get("step_seconds", 0.0) for r in kept_by[i]),
             redone_s=sum(r.get("step_seconds", 0.0) for r in lost_by[i]),
             save_s=sum(s.details.seconds or 0.0 for s in select(group, Save)),
@@ -227,7 +222,7 @@ def _restart(before: Attempt, after: Attempt, records: list[Event[RestartInAlloc
         after.job_id, after.restart, after.job_step)), None)
     failed_at = before.end_s
     if record is not None and record.details.failed_at:
-        failed_at = seconds(record.details.failed_at)
+        failed_at = stamp_seconds(record.details.failed_at)
     return Restart(
         index=after.index, in_allocation=after.in_allocation, cause=cause_label(after.cause or ""),
         move=record.details.move if record else None, process_s=after.begin_s - failed_at,
@@ -251,7 +246,7 @@ def _by_attempt(rows: list[dict[str, Any]], windows: list[tuple[float, float]]) 
     for row in rows:
         if "time" not in row or not windows:
             continue
-        t = seconds(row["time"])
+        t = stamp_seconds(row["time"])
         for i, (begin, end) in enumerate(windows):
             if begin <= t < end:
                 out[i].append(row)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.analysis.goodput import seconds
 from resilient_slurm.analysis.summary import Summary
+from resilient_slurm.files import stamp_seconds
 from resilient_slurm.ledger import Save, select
 
 # Spans closer than this on the timeline are drawn as one bar (the steps of one stretch of training).
@@ -26,13 +26,13 @@ def timeline(s: Summary) -> dict[str, list[tuple[float, float]]]:
     spans["allocated"] = [(x.begin_s - zero, x.duration_s) for x in a.attempts]
     for kind, rows in (("productive", s.files.kept), ("redone", s.files.lost)):
         for row in sorted((r for r in rows if "time" in r), key=lambda r: r["time"]):
-            end = seconds(row["time"]) - zero - row.get("eval_seconds", 0.0)
+            end = stamp_seconds(row["time"]) - zero - row.get("eval_seconds", 0.0)
             spans[kind].append((end - row.get("step_seconds", 0.0), row.get("step_seconds", 0.0)))
             if row.get("eval_seconds"):
                 spans["evaluation"].append((end, row["eval_seconds"]))
     for e in select(s.files.events, Save):
         if e.details.seconds:
-            spans["saves"].append((seconds(e.time) - zero - e.details.seconds, e.details.seconds))
+            spans["saves"].append((stamp_seconds(e.time) - zero - e.details.seconds, e.details.seconds))
     # Attempts stay separate bars however close; the rest merge into stretches.
     return {k: v if k == "allocated" else _merge(v) for k, v in spans.items()}
 

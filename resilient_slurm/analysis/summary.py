@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.rundir import RunDir
 from resilient_slurm.analysis.goodput import Accounting, account
-from resilient_slurm.analysis.metrics import lost_path, read_metrics
-from resilient_slurm.analysis.record import read_record
-from resilient_slurm.launch.rundir import load_config
+from resilient_slurm.rundir.metrics import lost_path, read_metrics
+from resilient_slurm.rundir.record import read_record
+from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.ledger import Event, read_events
 from resilient_slurm.tracking.wandb_files import segments
 
@@ -44,18 +45,18 @@ class Summary:
 
 
 def load(run_dir: Path) -> RunFiles:
-    if not (run_dir / "run.json").is_file():
+    if not (RunDir(run_dir).meta).is_file():
         raise ReportError(f"{run_dir}: not a run directory (no run.json); pass experiments/<experiment>/<run>")
-    meta = json.loads((run_dir / "run.json").read_text())
+    meta = json.loads((RunDir(run_dir).meta).read_text())
     max_steps, mode = None, None
-    if (run_dir / "config.yaml").is_file():
+    if (RunDir(run_dir).config).is_file():
         cfg = load_config(run_dir)
         max_steps, mode = cfg.train.max_steps, cfg.tracking.mode
-    metrics = run_dir / "metrics.jsonl"
+    metrics = RunDir(run_dir).metrics
     return RunFiles(
-        path=run_dir, meta=meta, max_steps=max_steps, events=read_events(run_dir / "events.jsonl"),
+        path=run_dir, meta=meta, max_steps=max_steps, events=read_events(RunDir(run_dir).events),
         kept=read_metrics(metrics), lost=read_metrics(lost_path(metrics)), record=read_record(run_dir),
-        wandb_segments=[str(p.parent) for p in segments(run_dir / "wandb", meta["run_id"])], wandb_mode=mode,
+        wandb_segments=[str(p.parent) for p in segments(RunDir(run_dir).wandb, meta["run_id"])], wandb_mode=mode,
     )
 
 

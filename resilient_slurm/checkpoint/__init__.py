@@ -10,6 +10,8 @@ and a resume use them:
     costs          save costs measured from the ledger                                   [pure]
     retention      which checkpoints to delete or strip of optimizer state               [pure]
     crc32          combining CRCs of file ranges written in parallel                     [pure]
+    collectives    what checkpoints need from the run's process group (protocols)
+    train_state    train_state.json: where the run stood, as a frozen record             [pure]
     state          training state ↔ named tensors and JSON (no pickle)
     safetensors_io safetensors headers and files, written and read in ranges
     parallel_io    range-parallel direct I/O with CRCs

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from resilient_slurm.checkpoint.nodes import Spread
+from resilient_slurm.checkpoint.collectives import Collectives
 from resilient_slurm.checkpoint.save import (
-    Collectives,
     SaveError,
     SaveResult,
     rank_files,

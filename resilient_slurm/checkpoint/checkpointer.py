@@ -16,7 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from resilient_slurm.rundir import RunDir
 from resilient_slurm import ledger
+from resilient_slurm.checkpoint.collectives import RunCollectives
 from resilient_slurm.checkpoint import buddy, layout, load, nodes, store
 from resilient_slurm.checkpoint.async_save import AsyncSaver
 from resilient_slurm.checkpoint.cold import ColdTier
@@ -38,7 +40,6 @@ from resilient_slurm.checkpoint.state import Snapshot
 from resilient_slurm.checkpoint.uploader import Uploader
 from resilient_slurm.config import CheckpointConfig, ClusterConfig
 from resilient_slurm.ledger import EventLog, read_events
-from resilient_slurm.runtime.distributed import Comm
 
 # Saves the process is about to exit after: they are written before the save call returns.
 _SYNC_REASONS = ("final", "pause")
@@ -52,7 +53,7 @@ def hot_root(run_dir: Path, cfg: CheckpointConfig, node: str | None = None) -> P
     """The hot tier's directory for a run; on a node-local tier (`%n`), `node`'s (default: this
     machine's host name)."""
     if not cfg.hot_dir:
-        return run_dir / "checkpoints"
+        return RunDir(run_dir).checkpoints
     hot_dir = nodes.expand(cfg.hot_dir, node or socket.gethostname())
     return Path(hot_dir) / run_dir.parent.name / run_dir.name
 
@@ -62,7 +63,7 @@ def cold_url(run_dir: Path, cfg: CheckpointConfig) -> str:
 
 
 class Checkpointer:
-    def __init__(self, run_dir: Path, cfg: CheckpointConfig, cluster: ClusterConfig, comm: Comm,
+    def __init__(self, run_dir: Path, cfg: CheckpointConfig, cluster: ClusterConfig, comm: RunCollectives,
                  events: EventLog) -> None:
         self.root = hot_root(run_dir, cfg, comm.node)
         self.cfg = cfg
@@ -177,8 +178,8 @@ class Checkpointer:
             self.uploader.close(finish=self.copy_on_exit)
 
     # --- resume
-    def resume(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-               scheduler: torch.optim.lr_scheduler.LRScheduler, before_step: int | None = None,
+    def resume(self, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+               scheduler: torch.optim.lr_scheduler.LRScheduler | None, before_step: int | None = None,
                refusal: load.Refusal | None = None) -> load.ResumeOutcome:
         """The newest checkpoint that loads, from either tier (of a step before `before_step`); on a
         node-local tier, from the nodes' own directories and buddy copies first. CheckpointRefused
@@ -194,11 +195,11 @@ class Checkpointer:
         if restored is not None and restored.rng == "reseeded":
             self.events.emit(ledger.RngReseeded(
                 why=f"the checkpoint was saved by {restored.saved_world_size} rank(s) and has no RNG "
-                    f"states for rank {self.comm.rank}; seeded from (run id, step, rank)"), restored.train_state["step"])
+                    f"states for rank {self.comm.rank}; seeded from (run id, step, rank)"), restored.train_state.step)
         if self.comm.rank == 0:
             self.ledger = read_events(self.events.path)
             self._copy_newest_if_missing()
-            self._update_interval(outcome.restored.train_state["step"] if outcome.restored else 0)
+            self._update_interval(outcome.restored.train_state.step if outcome.restored else 0)
         return outcome
 
     def collect(self, step: int) -> None:

@@ -19,8 +19,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from resilient_slurm.checkpoint.save import Collectives
-from resilient_slurm.runtime.distributed import Comm
+from resilient_slurm.checkpoint.collectives import Collectives, RunCollectives
 
 
 class GroupComm:
@@ -38,7 +37,7 @@ class GroupComm:
         return out
 
 
-def checkpoint_group(comm: Comm, timeout_s: float) -> Collectives:
+def checkpoint_group(comm: RunCollectives, timeout_s: float) -> Collectives:
     """Collectives for saves; one rank needs none, so it gets `comm` and its trivial ones."""
     if not comm.distributed:
         return comm

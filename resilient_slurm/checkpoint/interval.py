@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from resilient_slurm.files import stamp_seconds
 from resilient_slurm.ledger import Event, Kind
 
 CHANGE = 0.10
@@ -54,8 +54,8 @@ def failure_history(events: list[Event[Any]], now_s: float) -> FailureHistory:
         kinds = {e.kind for e in attempt}
         ended = bool(kinds & {Kind.FINISH, Kind.STOP})
         running = i == len(attempts) - 1 and not ended and Kind.CRASH not in kinds
-        end = now_s if running else _epoch_s(attempt[-1].time)
-        exposure += max(end - _epoch_s(attempt[0].time), 0.0)
+        end = now_s if running else stamp_seconds(attempt[-1].time)
+        exposure += max(end - stamp_seconds(attempt[0].time), 0.0)
         if not running and (Kind.CRASH in kinds or not ended):
             failures += 1
     return FailureHistory(failures, exposure)
@@ -78,6 +78,3 @@ def choose_interval(save_cost_s: float, save_total_s: float, mtbf: float, min_s:
 def changed(old_s: float | None, new_s: float) -> bool:
     return old_s is None or abs(new_s - old_s) > CHANGE * old_s
 
-
-def _epoch_s(iso: str) -> float:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()

@@ -21,11 +21,12 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from torch import nn
 
+from resilient_slurm.checkpoint.collectives import RunCollectives
 from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.manifest import Manifest
 from resilient_slurm.checkpoint.reader import LoadError, Reader, Saved, read_json, saved_tensors
@@ -39,11 +40,11 @@ from resilient_slurm.checkpoint.state import (
     restore_optimizer,
     restore_rng,
 )
+from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.verify import verify
-from resilient_slurm.runtime.distributed import Comm
 
 
-Refusal = Callable[[dict[str, Any]], str | None]
+Refusal = Callable[[TrainState], str | None]
 """refusal(train_state): why the run must not continue from a checkpoint (None: it may)."""
 
 
@@ -65,7 +66,7 @@ class ColdSource(Protocol):
 @dataclass
 class Restored:
     path: Path
-    train_state: dict[str, Any]
+    train_state: TrainState
     has_optimizer: bool
     source: str = "hot"
     """hot, or cold (copied back into the hot tier, then loaded)."""
@@ -90,10 +91,10 @@ class ResumeOutcome:
 
 def resume(
     root: Path,
-    comm: Comm,
+    comm: RunCollectives,
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    optimizer: torch.optim.Optimizer | None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     io_threads: int,
     cold: ColdSource | None = None,
     before_step: int | None = None,
@@ -144,8 +145,8 @@ def resume(
 
 
 def attempt(
-    path: Path, rank: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler, io_threads: int, refusal: Refusal | None,
+    path: Path, rank: int, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None, io_threads: int, refusal: Refusal | None,
 ) -> tuple[Restored | None, str, bool, str | None]:
     """(result, reason, whether loading began and may have overwritten part of the state, why the
     checkpoint is refused)."""
@@ -155,7 +156,7 @@ def attempt(
     try:
         assert verdict.manifest is not None
         if refusal is not None:
-            refused = refusal(read_json(path, layout.TRAIN_STATE, verdict.manifest))
+            refused = refusal(TrainState.from_json(read_json(path, layout.TRAIN_STATE, verdict.manifest)))
             if refused:
                 return None, refused, False, refused
         return load_into(path, verdict.manifest, rank, model, optimizer, scheduler, io_threads), "ok", True, None
@@ -208,19 +209,20 @@ def load_into(
     manifest: Manifest,
     rank: int,
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    optimizer: torch.optim.Optimizer | None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     io_threads: int,
 ) -> Restored:
     """Load one verified-looking checkpoint into this rank's shards; raise LoadError (or FormatError)
     on any mismatch."""
     # Small JSON files first: nothing is applied until every byte has been checked.
     docs = {rel: read_json(path, rel, manifest) for rel in manifest.files if rel.endswith(".json")}
-    train_state = docs[layout.TRAIN_STATE]
+    train_state = TrainState.from_json(docs[layout.TRAIN_STATE])
     names = param_names(model)
     by_name = {name: p for p, name in names.items()}
     saved_model = saved_tensors(path, layout.MODEL, manifest, docs)
-    saved_optim = saved_tensors(path, layout.OPTIMIZER, manifest, docs)
+    # Without an optimizer to restore into (a user's loop may have none), its saved state is not read.
+    saved_optim = saved_tensors(path, layout.OPTIMIZER, manifest, docs) if optimizer is not None else {}
     targets = model_tensors(model)
     unknown = sorted(set(saved_model) - set(targets))
     if unknown:
@@ -238,7 +240,7 @@ def load_into(
         reader.add(name, saved_model[name], dest, h.start)
         if not direct:
             copies.append((h.data, dest))
-    existing = optimizer_tensors(optimizer, names)
+    existing = optimizer_tensors(optimizer, names) if optimizer is not None else {}
     optim_state: dict[str, torch.Tensor] = {}
     for name, saved in saved_optim.items():
         param = by_name.get(name.rsplit(".", 1)[0])
@@ -258,15 +260,16 @@ def load_into(
     with torch.no_grad():
         for target, loaded in copies:
             target.copy_(loaded)
-    if saved_optim:
+    if optimizer is not None and saved_optim:
         restore_optimizer(optimizer, names, docs[layout.OPTIMIZER_META], optim_state)
-    else:
+    elif optimizer is not None:
         optimizer.state.clear()
-    scheduler.load_state_dict(docs[layout.SCHEDULER])
+    if scheduler is not None and layout.SCHEDULER in docs:
+        scheduler.load_state_dict(docs[layout.SCHEDULER])
     rng = docs.get(layout.rng_file(rank))
     if rng is not None:
         restore_rng(rng)
     else:
-        reseed_rng(zlib.crc32(f"{train_state.get('run_id', '')}:{train_state['step']}:{rank}".encode()))
+        reseed_rng(zlib.crc32(f"{train_state.run_id}:{train_state.step}:{rank}".encode()))
     return Restored(path, train_state, bool(saved_optim), saved_world_size=manifest.world_size,
                     rng="restored" if rng is not None else "reseeded", bytes_read=reader.bytes_read)

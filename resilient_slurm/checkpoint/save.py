@@ -31,32 +31,22 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
 import torch
 
 from resilient_slurm.checkpoint import layout, store
+from resilient_slurm.checkpoint.collectives import Collectives
 from resilient_slurm.checkpoint.manifest import FileEntry, Manifest
 from resilient_slurm.checkpoint.nodes import Spread
 from resilient_slurm.checkpoint.parallel_io import OutFile, write_files
 from resilient_slurm.checkpoint.safetensors_io import FormatError, out_file, read_header, write_bytes
 from resilient_slurm.checkpoint.state import Held, Snapshot
 from resilient_slurm.checkpoint.verify import check_files
-from resilient_slurm.ledger import utc_now
+from resilient_slurm.files import utc_stamp
 
 
 class SaveError(RuntimeError):
     """A save failed on some rank; the previous checkpoints are untouched."""
-
-
-class Collectives(Protocol):
-    """What the protocol needs from a process group (`distributed.Comm` or the checkpoint's own)."""
-
-    rank: int
-    world_size: int
-
-    def barrier(self) -> None: ...
-    def all_gather_object(self, obj: Any) -> list[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -169,7 +159,7 @@ def write_and_commit(
         for _, (_, entries) in results:
             files.update(entries)  # type: ignore[arg-type]
             by_rank.append(tuple(entries))  # type: ignore[arg-type]
-    manifest = Manifest(step=step, world_size=comm.world_size, files=files, created=utc_now())
+    manifest = Manifest(step=step, world_size=comm.world_size, files=files, created=utc_stamp())
 
     if spread is not None:
         replaced = _commit_nodes(root, tmp, final, manifest, by_rank, comm, spread, failures)

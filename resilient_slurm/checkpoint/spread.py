@@ -33,13 +33,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from resilient_slurm.files import atomic_write
 from resilient_slurm.checkpoint import layout, load, p2p, store
 from resilient_slurm.checkpoint.buddy import CHUNK_BYTES, ROUND_BYTES, buddy_root
 from resilient_slurm.checkpoint.manifest import Manifest, ManifestError
 from resilient_slurm.checkpoint.nodes import BUDDY_DIR, Spread, plan_fetch, rounds
 from resilient_slurm.checkpoint.reader import LoadError
 from resilient_slurm.checkpoint.safetensors_io import FormatError
-from resilient_slurm.checkpoint.save import Collectives
+from resilient_slurm.checkpoint.collectives import Collectives
 
 Files = dict[str, int]
 """rel -> size of the files a node holds of one step."""
@@ -120,8 +121,8 @@ class SpreadResume:
         mine = list_node(self.root) if self.leader else None
         return {r: h for r, h in enumerate(self.comm.all_gather_object(mine)) if h is not None}
 
-    def run(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-            scheduler: torch.optim.lr_scheduler.LRScheduler, cold: Any, before_step: int | None,
+    def run(self, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+            scheduler: torch.optim.lr_scheduler.LRScheduler | None, cold: Any, before_step: int | None,
             refusal: load.Refusal | None = None) -> load.ResumeOutcome:
         held = self.held()
         skipped: list[tuple[str, str]] = []
@@ -149,7 +150,7 @@ class SpreadResume:
                 assert result is not None
                 result.source = source
                 if self.leader and not (path / layout.MANIFEST).exists():
-                    store.replace_file(path / layout.MANIFEST, manifest.to_json())
+                    atomic_write(path / layout.MANIFEST, manifest.to_json())
                 return load.ResumeOutcome(result, skipped, False)
             skipped.append((str(path), "; ".join(sorted({r for ok, r, _ in outcomes if not ok}))))
         restored, cold_skipped = self._from_cold(cold, before_step, model, optimizer, scheduler, refusal)
@@ -226,8 +227,8 @@ class SpreadResume:
         from_buddy = any(local.values()) or any(held[t.src].own.get(step, {}).get(t.rel) != sizes[t.rel] for t in plan)
         return ("buddy" if from_buddy else "peers" if plan else "hot"), everyone
 
-    def _from_cold(self, cold: Any, before_step: int | None, model: nn.Module, optimizer: torch.optim.Optimizer,
-                   scheduler: torch.optim.lr_scheduler.LRScheduler,
+    def _from_cold(self, cold: Any, before_step: int | None, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                   scheduler: torch.optim.lr_scheduler.LRScheduler | None,
                    refusal: load.Refusal | None) -> tuple[load.Restored | None, list[tuple[str, str]]]:
         """Every leader copies the newest cold checkpoint that works into its node's directory."""
         skipped: list[tuple[str, str]] = []

@@ -21,6 +21,7 @@ from torch.distributed.tensor import DTensor, Shard
 
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.safetensors_io import DTYPE_NAMES
+from resilient_slurm.checkpoint.train_state import TrainState
 
 
 @dataclass(frozen=True)
@@ -44,19 +45,21 @@ class Snapshot:
     """Files rank 0 writes (train_state.json, scheduler.json, optimizer.json), by name."""
 
 
-def capture_snapshot(model: nn.Module, optimizer: torch.optim.Optimizer,
-                     scheduler: torch.optim.lr_scheduler.LRScheduler, train_state: dict[str, Any]) -> Snapshot:
-    """This rank's whole training state, as a checkpoint stores it (tensors by name, the rest JSON)."""
+def capture_snapshot(model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                     scheduler: torch.optim.lr_scheduler.LRScheduler | None, train_state: TrainState) -> Snapshot:
+    """This rank's whole training state, as a checkpoint stores it (tensors by name, the rest JSON).
+    Without an optimizer or a scheduler (a user's loop may have neither), their files are left out."""
     names = param_names(model)
+    json_files: dict[str, Any] = {layout.TRAIN_STATE: train_state.to_json()}
+    if scheduler is not None:
+        json_files[layout.SCHEDULER] = scheduler.state_dict()
+    if optimizer is not None:
+        json_files[layout.OPTIMIZER_META] = optimizer_meta(optimizer, names)
     return Snapshot(
         model=model_tensors(model),
-        optimizer=optimizer_tensors(optimizer, names),
+        optimizer=optimizer_tensors(optimizer, names) if optimizer is not None else {},
         rng=capture_rng(),
-        json_files={
-            layout.TRAIN_STATE: train_state,
-            layout.SCHEDULER: scheduler.state_dict(),
-            layout.OPTIMIZER_META: optimizer_meta(optimizer, names),
-        },
+        json_files=json_files,
     )
 
 

@@ -11,9 +11,9 @@ import shutil
 import time
 from pathlib import Path
 
+from resilient_slurm.files import atomic_write
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.manifest import Manifest
-from resilient_slurm.checkpoint.safetensors_io import write_bytes
 
 
 def list_step_dirs(root: Path) -> list[tuple[int, Path]]:
@@ -93,18 +93,9 @@ def strip_optimizer(path: Path) -> None:
         return
     kept = Manifest(manifest.step, manifest.world_size,
                     {f: e for f, e in manifest.files.items() if f not in dropped}, manifest.created)
-    replace_file(path / layout.MANIFEST, kept.to_json())
+    atomic_write(path / layout.MANIFEST, kept.to_json())
     for f in dropped:
         (path / f).unlink(missing_ok=True)
-
-
-def replace_file(path: Path, data: bytes) -> None:
-    """Atomically replace a small file: write a sibling, fsync, rename over, fsync the directory."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    write_bytes(str(tmp), data)
-    os.replace(tmp, path)
-    fsync_path(path.parent)
 
 
 def fsync_path(path: str | Path) -> None:

@@ -14,7 +14,7 @@ from resilient_slurm.checkpoint.checkpointer import hot_root
 from resilient_slurm.config import ConfigError
 from resilient_slurm.export.from_checkpoint import DTYPES, export_checkpoint
 from resilient_slurm.export.hf_writer import ExportError
-from resilient_slurm.launch.rundir import load_config
+from resilient_slurm.rundir.identity import load_config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,9 +23,9 @@ from resilient_slurm.export.peft_layout import (
     adapter_config,
     peft_name,
 )
-from resilient_slurm.workload.lora import BASE_DTYPE, is_adapter, merged_weight
-from resilient_slurm.workload.model import init_value
-from resilient_slurm.workload.pretrained import HFWeights, PretrainedError
+from resilient_slurm.model.lora import BASE_DTYPE, is_adapter, merged_weight
+from resilient_slurm.model.decoder import init_value
+from resilient_slurm.model.pretrained import HFWeights, PretrainedError
 
 Read = Callable[[str], torch.Tensor]
 

@@ -17,15 +17,16 @@ from pathlib import Path
 
 import torch
 
+from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.reader import Reader, read_json, saved_tensors
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.config import Config
 from resilient_slurm.export.adapters import merged_reader, write_adapter
 from resilient_slurm.export.hf_writer import DTYPE_NAMES, ExportError, write_hf
-from resilient_slurm.workload.chat_data import resolve_path
-from resilient_slurm.workload.pretrained import PretrainedError, expected_shapes, identity
-from resilient_slurm.workload.tokenizer import ChatTokenizer
+from resilient_slurm.data.chat.dataset import resolve_path
+from resilient_slurm.model.pretrained import PretrainedError, expected_shapes, identity
+from resilient_slurm.data.tokenizer import ChatTokenizer
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
@@ -75,7 +76,7 @@ def export_checkpoint(ckpt: Path, out: Path, cfg: Config, dtype: torch.dtype | N
     tensors: list[tuple[str, tuple[int, ...]]] = [(name, t.shape) for name, t in saved.items()]
     source: Callable[[str], torch.Tensor] = read
     if merge:
-        _check_base(docs[layout.TRAIN_STATE], cfg, ckpt)
+        _check_base(TrainState.from_json(docs[layout.TRAIN_STATE]), cfg, ckpt)
         shapes = expected_shapes(cfg.model)
         tensors = list(shapes.items())
         source = merged_reader(cfg, list(saved), read, shapes)
@@ -84,10 +85,10 @@ def export_checkpoint(ckpt: Path, out: Path, cfg: Config, dtype: torch.dtype | N
     return Written("hf", DTYPE_NAMES[dtype], len(shards))
 
 
-def _check_base(train_state: dict[str, object], cfg: Config, ckpt: Path) -> None:
+def _check_base(train_state: TrainState, cfg: Config, ckpt: Path) -> None:
     """The adapters fold into the base they were trained on, or not at all."""
-    recorded = train_state.get("base_model")
-    if not isinstance(recorded, dict) or not cfg.model.pretrained:
+    recorded = train_state.base_model
+    if recorded is None or not cfg.model.pretrained:
         return  # a random base is rebuilt from the run's seed, which the config fixes
     try:
         now = identity(cfg.model.pretrained)

@@ -34,8 +34,8 @@ from resilient_slurm.export.hf_layout import (
     model_config,
     plan_shards,
 )
-from resilient_slurm.workload.pretrained import expected_shapes, model_fields
-from resilient_slurm.workload.tokenizer import TOKENIZER_FILES
+from resilient_slurm.model.pretrained import expected_shapes, model_fields
+from resilient_slurm.data.tokenizer import TOKENIZER_FILES
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 # Fields that fix the weights' shapes and meaning: an export over a base must agree with it on each.

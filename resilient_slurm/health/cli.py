@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
+from resilient_slurm.files import utc_stamp
 from resilient_slurm.health import exclude_list
 from resilient_slurm.health.log_sources import LogReadError
 from resilient_slurm.health.nvml_checks import DEFAULT_MAX_TEMP_C
@@ -261,7 +262,7 @@ def _exclude_main(argv: list[str], now: float) -> int:
                 job_id=args.job_id,
                 ttl_s=args.ttl_h * 3600.0,
             )
-            print(f"excluded {entry.node} until {_utc(entry.expires_s)}")
+            print(f"excluded {entry.node} until {utc_stamp(entry.expires_s)}")
         elif args.command == "clear":
             removed = exclude_list.clear(args.file, args.nodes or None, now)
             print(f"cleared {', '.join(removed)}" if removed else "nothing to clear")
@@ -270,7 +271,7 @@ def _exclude_main(argv: list[str], now: float) -> int:
         else:
             for e in exclude_list.active(exclude_list.load(args.file), now):
                 xid = "-" if e.xid is None else e.xid
-                print(f"{e.node}\tuntil {_utc(e.expires_s)}\txid {xid}\tjob {e.job_id or '-'}\t{e.reason}")
+                print(f"{e.node}\tuntil {utc_stamp(e.expires_s)}\txid {xid}\tjob {e.job_id or '-'}\t{e.reason}")
     except exclude_list.ExcludeListError as exc:
         print(f"xid_scan exclude: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -280,5 +281,3 @@ def _exclude_main(argv: list[str], now: float) -> int:
     return EXIT_OK
 
 
-def _utc(epoch_s: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))

@@ -33,7 +33,7 @@ _PLACEMENT = PLACEMENT_PREFIXES + ("hydra.", "hydra/")
 # An ablation group spells at most this many changed keys; beyond, it names the two runs instead.
 _MAX_GROUP_KEYS = 3
 # Group choices the name already spells (model, task) or that do not change what is computed.
-_NAMED_GROUPS = ("experiment", "model", "data", "cluster", "checkpoint")
+_NAMED_GROUPS = ("experiment", "model", "data", "cluster", "checkpoint", "entry")
 
 
 def variant(overrides: list[str]) -> str:
@@ -53,7 +53,10 @@ def variant(overrides: list[str]) -> str:
 
 
 def run_name(cfg: Config, overrides: list[str], today: date) -> str:
-    return f"{_clean(cfg.model.name)}-{_clean(cfg.data.task)}-{today:%Y%m%d}-{variant(overrides)}"
+    """A user's own function (`entry=pkg.mod:fn`) is named by its package, as the model and the
+    task name the built-in trainer's runs."""
+    what = cfg.entry.split(".")[0].split(":")[0] if cfg.entry else f"{cfg.model.name}-{cfg.data.task}"
+    return f"{_clean(what)}-{today:%Y%m%d}-{variant(overrides)}"
 
 
 def ablation_group(changed: dict[str, tuple[Any, Any]], baseline_run: str, run: str) -> str:

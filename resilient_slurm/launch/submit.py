@@ -1,7 +1,7 @@
 """`cluster=slurm`: submit the run as a Slurm job through submitit, and say where to watch it.
 
-Each task of the job runs `slurm.task.SlurmTask`; with spare nodes or elastic shrinking, the batch
-script runs `slurm.driver.SlurmDriver`, which starts the tasks as job steps itself."""
+Each task of the job runs `supervise.task.SlurmTask`; with spare nodes or elastic shrinking, the batch
+script runs `supervise.driver.SlurmDriver`, which starts the tasks as job steps itself."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.rundir import RunDir
 from resilient_slurm import config
 from resilient_slurm.config import ClusterConfig, Config
 from resilient_slurm.health import exclude_list
 from resilient_slurm.ledger import EventLog, Submitted
-from resilient_slurm.slurm.driver import SlurmDriver
-from resilient_slurm.slurm.task import SlurmTask
+from resilient_slurm.supervise.driver import SlurmDriver
+from resilient_slurm.supervise.task import SlurmTask
 
 
 def executor_parameters(c: ClusterConfig, job_name: str, exclude: str) -> dict[str, Any]:
@@ -55,12 +56,12 @@ def submit(cfg: Config, run_dir: Path) -> str:
     excluded = ""
     if cfg.cluster.exclude_file:
         excluded = exclude_list.exclude_value(exclude_list.load(cfg.cluster.exclude_file), time.time())
-    executor = submitit.SlurmExecutor(folder=run_dir / "slurm", max_num_timeout=0)
+    executor = submitit.SlurmExecutor(folder=RunDir(run_dir).slurm, max_num_timeout=0)
     executor.update_parameters(**executor_parameters(cfg.cluster, run_dir.name, excluded))
     job = executor.submit((SlurmDriver if config.driven(cfg.cluster) else SlurmTask)(str(run_dir)))
-    EventLog(run_dir / "events.jsonl", rank=-1, context={"job_id": job.job_id}).emit(
+    EventLog(RunDir(run_dir).events, rank=-1, context={"job_id": job.job_id}).emit(
         Submitted(exclude=excluded or None), None)
-    log = run_dir / "slurm" / f"{job.job_id}_0_log.out"
+    log = RunDir(run_dir).slurm / f"{job.job_id}_0_log.out"
     print(f"resilient_slurm: submitted job {job.job_id} for run {run_dir}")
     print(f"  follow:  tail -F {log}")
     print(f"  ledger:  {run_dir / 'events.jsonl'}")

@@ -10,31 +10,26 @@ LoRA run, a checkpoint of another base model or of a full fine-tune (`resume_ref
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from resilient_slurm.files import atomic_write
+from resilient_slurm.rundir import RunDir
+from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
-from resilient_slurm.runtime import parallel
+from resilient_slurm.model import parallel
+from resilient_slurm.runtime.session import InputError
 from resilient_slurm.runtime.distributed import Comm
-from resilient_slurm.workload.chat_build import DataFormatError
-from resilient_slurm.workload.chat_cache import DataChangedError
-from resilient_slurm.workload.chat_data import ChatData, cache_root, open_chat_data
-from resilient_slurm.workload.chat_template import TemplateRenderError
-from resilient_slurm.workload.model import LlamaForCausalLM
-from resilient_slurm.workload.pretrained import HFWeights, PretrainedError, expected_shapes, identity
-from resilient_slurm.workload.tokenizer import TokenizerError
-
-DATA_RECORD = "data.json"
-"""In the run directory: the data's fingerprint at the first start; later starts must match it."""
-
-
-class InputError(ValueError):
-    """Bad input (data, tokenizer, pretrained model): fix it and launch again; a restart cannot help."""
-
+from resilient_slurm.data.chat.build import DataFormatError
+from resilient_slurm.data.fingerprint import DataChangedError, DataFingerprint, fingerprint
+from resilient_slurm.data.chat.dataset import ChatData, cache_root, open_chat_data
+from resilient_slurm.data.chat_template import TemplateRenderError
+from resilient_slurm.model.decoder import LlamaForCausalLM
+from resilient_slurm.model.pretrained import HFWeights, PretrainedError, expected_shapes, identity
+from resilient_slurm.data.tokenizer import TokenizerError
 
 INPUT_ERRORS = (DataFormatError, DataChangedError, TemplateRenderError, TokenizerError, PretrainedError,
                 FileNotFoundError)
@@ -44,11 +39,16 @@ def open_data(cfg: Config, run_dir: Path, comm: Comm) -> ChatData:
     """The run's chat data, tokenized once (rank 0 of a node builds the cache entry, the others
     wait). The first start records the data's fingerprint; a later start against changed data is
     refused, naming the file."""
-    record = run_dir / DATA_RECORD
+    record = RunDir(run_dir).data_record
     recorded = json.loads(record.read_text()) if record.exists() else None
     tokenizer = cfg.data.tokenizer or cfg.model.pretrained or ""
+
+    def take(files: list[str]) -> DataFingerprint:
+        # One rank reads the samples; every rank gets the same fingerprint (the others' disks may be slow).
+        return comm.all_gather_object(fingerprint(files) if comm.rank == 0 else None)[0]
+
     try:
-        data = open_chat_data(cfg.data, tokenizer, cache_root(cfg), recorded)
+        data = open_chat_data(cfg.data, tokenizer, cache_root(cfg), recorded, take=take)
     except INPUT_ERRORS as e:
         raise InputError(str(e)) from None
     if data.tokenizer.vocab_size > cfg.model.vocab_size:
@@ -56,9 +56,7 @@ def open_data(cfg: Config, run_dir: Path, comm: Comm) -> ChatData:
                          f"but the model embeds {cfg.model.vocab_size} (model.vocab_size); use the model's own "
                          f"tokenizer, or a model whose vocabulary covers it")
     if comm.rank == 0 and recorded is None:
-        tmp = record.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data.fingerprint.to_record(), indent=1) + "\n")
-        os.replace(tmp, record)
+        atomic_write(record, json.dumps(data.fingerprint.to_record(), indent=1) + "\n")
     return data
 
 
@@ -114,11 +112,11 @@ def lora_record(cfg: Config) -> dict[str, Any] | None:
     return {"rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout, "targets": list(lora.targets)}
 
 
-def resume_refusal(train_state: dict[str, Any], cfg: Config, base: dict[str, Any] | None) -> str | None:
+def resume_refusal(train_state: TrainState, cfg: Config, base: dict[str, Any] | None) -> str | None:
     """Why this run must not continue from a checkpoint with `train_state` (None: it may). Not a
     damaged checkpoint to skip: the next one would be refused alike, and falling back to a fresh
     start would silently discard the run, so the resume stops with this line instead."""
-    saved_lora, saved_base = train_state.get("lora"), train_state.get("base_model")
+    saved_lora, saved_base = train_state.lora, train_state.base_model
     rank = cfg.model.lora.rank
     if rank is not None and saved_lora is None:
         return (f"a checkpoint of a full fine-tune, and this run trains LoRA adapters (model.lora.rank={rank}); "

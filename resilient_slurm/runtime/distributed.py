@@ -80,6 +80,22 @@ class Comm:
         """The mesh FSDP2 shards over: all ranks, on this rank's device type."""
         self.host_group = dist.new_group(backend="gloo") if self.distributed and self.backend != "gloo" else None
         """Host-side collectives beside NCCL (None: the default group is gloo already)."""
+        self._owned = True
+
+    @classmethod
+    def adopt(cls) -> Comm:
+        """The collectives over a default process group the caller already made (a user's own loop
+        called `init_process_group`): nothing is initialised twice, and `close` leaves it open."""
+        self = cls.__new__(cls)
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        self.backend = str(dist.get_backend())
+        self.device = torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
+        self.mesh = init_device_mesh(self.device.type, (self.world_size,))
+        self.host_group = dist.new_group(backend="gloo") if self.distributed and self.backend != "gloo" else None
+        self._owned = False
+        return self
 
     @property
     def distributed(self) -> bool:
@@ -120,5 +136,6 @@ class Comm:
         return out
 
     def close(self) -> None:
-        if dist.is_initialized():
+        """Destroy the process group, unless it was adopted: its maker closes it."""
+        if self._owned and dist.is_initialized():
             dist.destroy_process_group()

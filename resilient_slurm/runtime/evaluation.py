@@ -31,9 +31,9 @@ from torch.distributed.fsdp import FSDPModule
 
 from resilient_slurm.config import Config
 from resilient_slurm.runtime.distributed import Comm
-from resilient_slurm.workload.batches import Batch
-from resilient_slurm.workload.chat_data import ChatData, EvalSample
-from resilient_slurm.workload.model import IGNORE_INDEX, token_loss_sum
+from resilient_slurm.data.batches import Batch
+from resilient_slurm.data.chat.dataset import ChatData, EvalSample
+from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
 
 
 @dataclass(frozen=True)

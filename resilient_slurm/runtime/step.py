@@ -19,8 +19,8 @@ from torch.distributed.tensor import DTensor
 
 from resilient_slurm.runtime.distributed import Comm
 from resilient_slurm.runtime.oom import OomGuard, PeerOutOfMemory, describe, inside_fsdp
-from resilient_slurm.workload.batches import Batch
-from resilient_slurm.workload.model import IGNORE_INDEX, token_loss_sum
+from resilient_slurm.data.batches import Batch
+from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class StepResult:
     collectives make every rank wait for the slowest, so the whole step time cannot tell which)."""
 
 
-class Trainer:
+class StepRunner:
     def __init__(
         self,
         model: nn.Module,

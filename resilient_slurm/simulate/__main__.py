@@ -2,11 +2,15 @@
 
     python -m resilient_slurm.simulate --gpus 10000 --gpus-per-node 8 --days 30 --gpu-mtbf-h 10000 \\
         --save-s 30 --blocking-s 2 --restart-s 600 --spares 16 --strategy young_daly --seeds 20 \\
-        [--json] [--plot out.png] [--compare] [--from-bench FILE]
+        [--json] [--plot out.png] [--compare | --losses] [--from-bench FILE ...] [--scale-to 8b-h100]
 
-Costs come from the defaults (`scenario.Scenario`), then from `--from-bench` files (what the
-project's benchmarks measured), then from the options given. Exit status 2 on bad input, with one
-line naming the option and the fix.
+Costs come from the defaults (`scenario.Scenario`, each with its source in `scenario.SOURCES`),
+then from `--from-bench` files (what the project's benchmarks measured: the keys in `bench.py`),
+scaled to the target's hardware and model with `--scale-to` (the rules in `scaling.py`), then from
+the options given. The report says where each cost came from: measured, scaled, published,
+configured or assumed. `--losses` prints each loss's share of the run for `spares` and issue 23's
+mechanisms added one at a time. Exit status 2 on bad input, with one line naming the option and
+the fix.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.simulate import bench, scaling
 from resilient_slurm.simulate.failures import component_shares, parse_mix, with_mix
-from resilient_slurm.simulate.report import compare, describe, detail
+from resilient_slurm.simulate.report import compare, describe, detail, losses
 from resilient_slurm.simulate.results import Summary, simulate
-from resilient_slurm.simulate.scenario import STRATEGIES, Scenario, from_bench
+from resilient_slurm.simulate.scenario import SOURCES, STEPS, STRATEGIES, Scenario
 
 OPTIONS: dict[str, str] = {
     "gpus": "GPUs the run trains on",
@@ -50,6 +55,19 @@ OPTIONS: dict[str, str] = {
     "price": "dollars per GPU-hour",
     "max_restarts": "restart budget (cluster.max_restarts)",
     "mtbf_prior_h": "Young-Daly's MTBF before any failure (checkpoint.mtbf_prior_h)",
+    "heartbeat_s": "heartbeats: a silent rank is a hang after this long (monitor.heartbeat_timeout_s)",
+    "crash_detect_s": "a crash: from the failure to the decision",
+    "memory_every_steps": "memory tier: save every N steps (0: Young-Daly on its own cost)",
+    "memory_blocking_s": "memory tier: training time a save blocks (the device-to-host copy)",
+    "memory_save_s": "memory tier: a save until the own node's and the buddy's copies are committed",
+    "memory_load_s": "memory tier: resume from the own node's memory",
+    "buddy_load_s": "memory tier: resume from the buddy's memory",
+    "placement_s": "in-process restart: the driver's placement",
+    "teardown_s": "in-process restart: the survivors leave the broken process group",
+    "replacement_start_s": "in-process restart: the replacement's processes start",
+    "rendezvous_s": "in-process restart: every rank meets on the new store",
+    "data_ready_s": "in-process restart: the data loader at the resumed position",
+    "first_step_s": "in-process restart: the first step beyond a steady step",
 }
 
 
@@ -67,24 +85,50 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=20, help="runs to simulate (default 20)")
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--compare", action="store_true", help="one table across every strategy")
+    p.add_argument("--losses", action="store_true",
+                   help=f"each loss's share of the run for {', '.join(STEPS)} (issue 23's mechanisms one by one)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--plot", type=Path, help="write a PNG timeline of the first seed of --strategy")
     p.add_argument("--from-bench", type=Path, action="append", default=[],
-                   help="JSON of measured costs (bench/checkpoint.py --json FILE); may repeat")
+                   help="JSON of measured costs (bench/checkpoint.py --json FILE, bench/restart.py --json FILE); "
+                        "may repeat")
+    p.add_argument("--scale-to", choices=list(scaling.PROFILES),
+                   help="scale the --from-bench costs to this model and hardware (rules: simulate/scaling.py)")
     return p
 
 
-def scenario_from(args: argparse.Namespace) -> Scenario:
-    """Defaults, then bench measurements, then the options given. Raises ValueError (one line)."""
+def inputs(args: argparse.Namespace) -> tuple[Scenario, dict[str, str]]:
+    """Defaults, then bench measurements (scaled with --scale-to), then the options given, and
+    where each cost came from. Raises ValueError (one line)."""
     values: dict[str, Any] = {}
+    sources = dict(SOURCES)
+    if args.scale_to and not args.from_bench:
+        raise ValueError(f"--scale-to {args.scale_to}: nothing measured to scale; give --from-bench FILE "
+                         f"(bench/checkpoint.py --json FILE, bench/restart.py --json FILE)")
+    gpus = args.gpus if args.gpus is not None else Scenario.gpus
+    timeouts = {"heartbeat_timeout_s": Scenario.heartbeat_s, "collective_timeout_s": Scenario.hang_detect_s}
     for path in args.from_bench:
         try:
             raw = json.loads(path.read_text())
         except (OSError, ValueError) as e:
             raise ValueError(f"--from-bench {path}: cannot read it ({e}); give the file bench/checkpoint.py "
-                             f"--json wrote") from None
-        values.update(from_bench(raw, str(path)))
-    values.update({name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None})
+                             f"--json or bench/restart.py --json wrote") from None
+        found = bench.measured(raw, str(path))
+        how: dict[str, str] = {}
+        if args.scale_to:
+            found, how = scaling.scale(found, scaling.PROFILES[args.scale_to], gpus, timeouts, str(path))
+        fields = bench.to_fields(found, str(path))
+        values.update(fields)
+        keys: dict[str, str] = {}
+        for key, target in bench.BENCH_KEYS.items():  # lost_s before blocking_s, as to_fields prefers it
+            if key in found:
+                keys.setdefault(target, key)
+        for name in fields:
+            rule = how.get(keys.get(name, ""), "each part by its rule")
+            sources[name] = f"scaled to {args.scale_to} from {path}: {rule}" if args.scale_to else f"measured: {path}"
+    given = {name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None}
+    values.update(given)
+    sources.update({name: f"given: --{name.replace('_', '-')}" for name in given if name in sources})
     if args.mix:
         values["faults"] = with_mix(Scenario.faults, parse_mix(args.mix))
     s = Scenario(**values)
@@ -93,13 +137,17 @@ def scenario_from(args: argparse.Namespace) -> Scenario:
         problems.append("--seeds: must be >= 1")
     if problems:
         raise ValueError(problems[0])
-    return s
+    return s, sources
 
 
-def to_json(s: Scenario, chosen: Summary, summaries: list[Summary]) -> dict[str, Any]:
+def scenario_from(args: argparse.Namespace) -> Scenario:
+    return inputs(args)[0]
+
+
+def to_json(s: Scenario, chosen: Summary, summaries: list[Summary], sources: dict[str, str]) -> dict[str, Any]:
     inputs = {k: v for k, v in dataclasses.asdict(s).items() if k != "faults"}
     inputs["mix"] = {k: round(v, 4) for k, v in component_shares(s.faults).items()}
-    out = {**chosen.to_json(), "scenario": inputs}
+    out = {**chosen.to_json(), "scenario": inputs, "sources": sources}
     if len(summaries) > 1:
         out["strategies"] = {m.strategy: m.to_json() for m in summaries}
     return out
@@ -108,11 +156,13 @@ def to_json(s: Scenario, chosen: Summary, summaries: list[Summary]) -> dict[str,
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        s = scenario_from(args)
+        s, sources = inputs(args)
     except ValueError as e:
         print(f"simulate: {e}", file=sys.stderr)
         return 2
-    names = list(STRATEGIES) if args.compare else [args.strategy]
+    names = list(STRATEGIES) if args.compare else list(STEPS) if args.losses else [args.strategy]
+    if args.strategy not in names:
+        names.append(args.strategy)
     summaries = []
     trace = None
     for name in names:
@@ -122,9 +172,13 @@ def main(argv: list[str] | None = None) -> int:
         trace = first if first is not None else trace
     chosen = next(m for m in summaries if m.strategy == args.strategy)
     if args.json:
-        print(json.dumps(to_json(s, chosen, summaries)))
+        print(json.dumps(to_json(s, chosen, summaries, sources)))
+    elif args.compare:
+        print(compare(summaries))
+    elif args.losses:
+        print(losses(summaries, sources))
     else:
-        print(compare(summaries) if args.compare else detail(chosen))
+        print(detail(chosen, sources))
     if args.plot is not None and trace is not None:
         from resilient_slurm.simulate.plot import timeline
 

@@ -12,6 +12,9 @@ What decides, and where the run asks:
 - which nodes a requeued job may not get: `health.exclude_list`, as the job's requeue writes it;
 - what an emergency save before a planned stop can hold: `checkpoint.deadline.choose_plan`.
 
+With a memory tier (`memory.py`), the disk tier's Young-Daly interval counts only the failures the
+memory tier could not serve (restarts that read the disk): the disk is for what outlives them.
+
 Time accounting, in seconds of the whole target allocation (the caller turns them into GPU-hours):
 the surviving work `work` is productive; everything else is lost to one of `costs.CAUSES`.
 Work accrues at (nodes in use / target nodes) per second, so a shrunk run makes less progress and
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from resilient_slurm import recovery
 from resilient_slurm.checkpoint.costs import save_costs
 from resilient_slurm.checkpoint.deadline import choose_plan
-from resilient_slurm.checkpoint.interval import Interval, choose_interval, mtbf_s
+from resilient_slurm.checkpoint.interval import FailureHistory, Interval, choose_interval, mtbf_s
 from resilient_slurm.checkpoint.policy import SaveClock, next_due_s
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.health import exclude_list
@@ -42,6 +45,7 @@ from resilient_slurm.ledger import Crash, GaveUp, Hang, NodeUnhealthy, Requeue, 
 from resilient_slurm.simulate import costs
 from resilient_slurm.simulate.failures import FailureProcess, Fault
 from resilient_slurm.simulate.history import JOB_ID, Ledger
+from resilient_slurm.simulate.memory import MemoryTier
 from resilient_slurm.simulate.scenario import Scenario, Strategy
 from resilient_slurm.simulate.tiers import Tiers
 from resilient_slurm.slurm import placement
@@ -75,6 +79,8 @@ class Run:
         self.work = 0.0
         self.lost = dict.fromkeys(costs.CAUSES, 0.0)
         self.restarts: Counter[str] = Counter()
+        self.paths: Counter[str] = Counter()
+        """Restarts inside the allocation by path: in process, or a step restart (and why)."""
         self.interruptions: Counter[str] = Counter()
         """By fault row; "<row> again" for a latent bad node or a code bug striking again; planned stops."""
         self.excluded: Counter[str] = Counter()
@@ -93,6 +99,12 @@ class Run:
         self.interval: Interval | None = None
         self.clock = SaveClock(0, 0.0)
         self.blocked_until = 0.0
+        self.blocked_by = "checkpoint"
+        """The cause the blocked time is lost to: a disk save, or a memory-tier one."""
+        self.memory = MemoryTier(s.memory_every_steps * s.step_s, s.memory_blocking_s, s.memory_save_s, s.step_s,
+                                 s.max_interval_s) if strategy.memory else None
+        self.disk_restarts = 0
+        """Restarts after a failure that read the disk tiers (with a memory tier)."""
         self.sync_save: tuple[float, int] | None = None
         self.pending: tuple[float, float, int] | None = None
         """An async save in flight: (commit at, work, step)."""
@@ -138,6 +150,11 @@ class Run:
             at = start + max(self.bug[0] - self.work, 0.0) * self.target / len(self.alloc.in_use)
             if at < best:
                 best, handler = at, self._on_bug
+        if self.memory is not None:
+            if self.memory.pending is not None and self.memory.pending[0] < best:
+                best, handler = self.memory.pending[0], self._on_memory_commit
+            if self.memory.due_at < best:
+                best, handler = self.memory.due_at, self._on_memory_due
         if self.planned_at < best:
             best, handler = self.planned_at, self._on_planned
         if self.out_until:
@@ -152,7 +169,7 @@ class Run:
             return
         share = len(self.alloc.in_use) / self.target
         if self.t < self.blocked_until:
-            self.lost["checkpoint"] += share * dt
+            self.lost[self.blocked_by] += share * dt
         else:
             self.work += share * dt
         self.lost["shrink"] += (1.0 - share) * dt
@@ -179,8 +196,12 @@ class Run:
         self.save_at = INF if due is None else due
 
     def _on_save_due(self) -> None:
+        if self.t < self.blocked_until:  # a memory-tier save holds the loop: right after it
+            self.save_at = self.blocked_until
+            return
         if self.pending is not None:  # checkpoint.if_busy=wait: the loop waits for the save in flight
             self.blocked_until = self.save_at = self.pending[0]
+            self.blocked_by = "checkpoint"
             return
         grow = self._grow_back()
         if grow is not None or not self.st.async_saves:
@@ -191,12 +212,12 @@ class Run:
         step = self._step()
         self.clock = SaveClock(step, self.t)
         self.pending = (self.t + self.s.save_s, self.work, step)
-        self.blocked_until = self.t + self.s.blocking_s
+        self.blocked_until, self.blocked_by = self.t + self.s.blocking_s, "checkpoint"
         self._schedule_save()
 
     def _save_sync(self) -> None:
         self.sync_save = (self.work, self._step())
-        self.blocked_until = self.t + self.s.save_s
+        self.blocked_until, self.blocked_by = self.t + self.s.save_s, "checkpoint"
         self.save_at = INF
 
     def _on_unblocked(self) -> None:
@@ -234,13 +255,33 @@ class Run:
         measured = save_costs(list(self.ledger.recent_saves))
         if measured.blocking_s is None:
             return
-        mtbf = self._mtbf_s()
+        mtbf = self._mtbf_s() if self.memory is None else self._disk_mtbf_s()
         self.interval = choose_interval(measured.blocking_s, measured.total_s or 0.0, mtbf, self.s.min_interval_s,
                                         self.s.max_interval_s)
         self.intervals.append(self.interval.seconds)
 
     def _mtbf_s(self) -> float:
         return mtbf_s(self.ledger.failure_history(self.t), self.s.mtbf_prior_h * 3600.0)
+
+    def _disk_mtbf_s(self) -> float:
+        seen = self.ledger.failure_history(self.t)
+        return mtbf_s(FailureHistory(self.disk_restarts, seen.exposure_s), self.s.mtbf_prior_h * 3600.0)
+
+    # --- the memory tier
+    def _on_memory_due(self) -> None:
+        assert self.memory is not None
+        later = self.memory.busy_until(self.t, self.blocked_until)
+        if later is not None:
+            self.memory.due_at = later
+            return
+        self.blocked_until = self.memory.take(self.t, self.work, self._step(), self.alloc.in_use)
+        self.blocked_by = "memory_checkpoint"
+
+    def _on_memory_commit(self) -> None:
+        assert self.memory is not None
+        saved = self.memory.commit()
+        self.ledger.save(self.t, saved.step, self.s.memory_save_s, self.s.memory_blocking_s, self.s.ckpt_bytes,
+                         memory=True)
 
     # --- failures
     def _on_failure(self) -> None:
@@ -261,10 +302,11 @@ class Run:
             self.trace.failures.append((self.t, fault.name))
             self.trace.samples.append((self.t, self.work, len(self.alloc.in_use)))
         step = None if at_start else self._step()
-        detected = self.t + (self.s.hang_detect_s if fault.hang else 0.0)
+        waited = sum(seconds for _, seconds in costs.detection(self.s, fault.hang, self.st.heartbeat))
+        detected = self.t + waited
         if fault.hang:
-            self.ledger.emit(detected, Hang(reason=fault.error, waited_s=self.s.hang_detect_s,
-                                                   limit_s=self.s.hang_detect_s, stacks=""), step, node)
+            self.ledger.emit(detected, Hang(reason=fault.error, waited_s=waited, limit_s=waited, stacks=""), step,
+                             node)
         else:
             self.ledger.emit(detected, Crash(error=fault.error, traceback=""), step, node)
             peer = self.alloc.in_use[(self.alloc.in_use.index(node) + 1) % len(self.alloc.in_use)]
@@ -285,7 +327,7 @@ class Run:
         self.excluded["crash-loop guard"] += len(guard)
         self.dead |= failed
         failed |= guard
-        segments = costs.detection(self.s, fault.hang)
+        segments = costs.detection(self.s, fault.hang, self.st.heartbeat)
         if decision.action is recovery.Action.GIVE_UP:
             self.ledger.emit(detected, GaveUp(reason=decision.reason), step)
             self.bug = None
@@ -298,6 +340,8 @@ class Run:
                                                       exclude=list(decision.exclude_nodes)), step)
             return self._requeue(segments, decision.exclude_nodes, failed | out,
                                  kind="requeue, excluding" if decision.exclude_nodes else "requeue")
+        if self.memory is not None:
+            self.memory.lose(failed | out)
         placed = placement.after_failure(self.alloc, failed, out)
         for n in out:
             self.out_until[n] = detected + self.s.reset_s
@@ -311,7 +355,9 @@ class Run:
                                                               replaced=sorted(failed | out), added=list(placed.added)),
                          step)
         self._set_alloc(placed.allocation)
-        self._restart(segments + costs.in_allocation(self.s), cold=False, kind=kind)
+        path, before, after = costs.restart_path(self.s, self.st, fault, replaced=bool(failed | out))
+        self.paths[path] += 1
+        self._restart(segments + before, cold=False, kind=kind, replaced=bool(failed | out), after=after)
 
     def _verdict(self, fault: Fault, now: float) -> Verdict | None:
         if fault.xid is None:
@@ -334,6 +380,8 @@ class Run:
         barred |= self.dead | gone | set(self.out_until)
         self.process.forget(gone)
         self.out_until.clear()
+        if self.memory is not None:  # the tier belongs to the allocation
+            self.memory.clear()
         old = self.alloc
         keep = [n for n in old.in_use + old.spares if n not in barred]
         spares = self.s.spares if self.st.in_allocation else 0
@@ -342,13 +390,24 @@ class Run:
         replaced = set(self.alloc.in_use) != set(old.in_use)
         self._restart(segments, cold=replaced and not self.st.in_allocation, kind=kind)
 
-    def _restart(self, segments: costs.Segments, cold: bool, kind: str) -> None:
+    def _restart(self, segments: costs.Segments, cold: bool, kind: str, replaced: bool = False,
+                 after: costs.Segments | None = None) -> None:
         """Lose what the last usable checkpoint does not hold, wait, load, train again. `cold`: a
-        node's hot copy is gone (and no buddy holds one), so only cold-tier copies can be used."""
+        node's hot copy is gone (and no buddy holds one), so only cold-tier copies can be used.
+        The memory tier comes first when it holds a complete save (`replaced`: a node left, so its
+        ranks read the buddy's copy); `after`: what follows the load (an in-process restart's)."""
         self.restarts[kind] += 1
+        in_memory = self.memory.usable() if self.memory is not None else None
         usable = self.tiers.newest(self.t, cold)
         self.tiers.abandon(self.t)
-        resumed = usable.work if usable else 0.0
+        if in_memory is not None:
+            resumed = in_memory.work
+            load = costs.memory_load(self.s, replaced)
+        else:
+            resumed = usable.work if usable else 0.0
+            load = costs.load(self.s, cold and usable is not None)
+            if self.memory is not None and kind not in ("planned stop", "grow back"):
+                self.disk_restarts += 1
         self.lost["redone"] += self.work - resumed
         self.work = resumed
         if self.trace is not None:
@@ -357,7 +416,7 @@ class Run:
         self.blocked_until = self.t
         self._down(segments, kind)
         start = self.t
-        self._down(costs.load(self.s, cold and usable is not None), "load")
+        self._down(load + (after or []), "load")
         if self.t < self.horizon:
             self._start(start)
 
@@ -370,6 +429,8 @@ class Run:
         self.tiers.resume(self.t)
         self._update_interval()
         self._schedule_save()
+        if self.memory is not None:
+            self.memory.resume(self.t, self._step(), self._mtbf_s())
         self.fail_at = self.process.next_at(self.t, self.in_use, self.rng)
 
     # --- planned stops, returns, growing back
@@ -390,7 +451,7 @@ class Run:
             self.after_save = "stop"
         elif plan.save and self.st.saves != "none":
             if self.pending is not None:
-                self.blocked_until = self.pending[0]
+                self.blocked_until, self.blocked_by = self.pending[0], "checkpoint"
                 self._advance(self.pending[0])
                 self._on_commit()
             self.after_save = "stop"

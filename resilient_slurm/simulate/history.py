@@ -19,7 +19,8 @@ decision is quadratic. This keeps what they read, exactly:
 - `failures` and `exposure_s`, for `mtbf_s`: what `failure_history` adds up, kept as running
   sums: an attempt that ends without a stop is a failure, and each ended attempt's exposure is
   from its `start` to its last event.
-- `recent_saves`, for `save_costs`: it takes the median of the newest `RECENT` saves only.
+- `recent_saves`, for `save_costs`: it takes the median of the newest `RECENT` saves only (disk
+  saves: a memory-tier save is progress, but the disk tier's interval is set by the disk's cost).
 
 `full` (optional) keeps every event with its time, as the real ledger would: tests hand it to the
 same decisions to show the window decides the same.
@@ -28,11 +29,12 @@ same decisions to show the window decides the same.
 from __future__ import annotations
 
 from collections import deque
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from resilient_slurm.checkpoint.costs import RECENT
 from resilient_slurm.checkpoint.interval import FailureHistory
+from resilient_slurm.files import utc_stamp
 from resilient_slurm.ledger import FAILURES, Details, Event, Save, Start
 
 JOB_ID = "sim"
@@ -67,16 +69,19 @@ class Ledger:
     def emit(self, t: float, details: Details, step: int | None, node: str | None = None) -> Event[Any]:
         """An event of the simulated job, as rank 0 of attempt `restart` would write it."""
         # Only the full ledger needs times (the timestamps cost more than the rest of an event).
-        record = Event(details, _iso(t) if self.full is not None else "", step, 0, JOB_ID, self.restart, None, node)
+        record = Event(details, utc_stamp(EPOCH.timestamp() + t) if self.full is not None else "", step, 0, JOB_ID, self.restart, None, node)
         self.window.append(record)
         if self.full is not None:
             self.full.append(record)
         return record
 
-    def save(self, t: float, step: int, seconds: float, blocking_s: float, nbytes: float) -> None:
-        record = self.emit(t, Save(reason="time", mode="sync", path="", bytes=int(nbytes), seconds=seconds,
-                                   blocking_s=blocking_s, has_optimizer=True), step)
-        self.recent_saves.append(record)
+    def save(self, t: float, step: int, seconds: float, blocking_s: float, nbytes: float, memory: bool = False) -> None:
+        """A committed save; a memory-tier one (`memory`) is progress for the decisions, but its
+        cost is not a disk save's, so the disk tier's Young-Daly never reads it."""
+        record = self.emit(t, Save(reason="time", mode="memory" if memory else "sync", path="", bytes=int(nbytes),
+                                   seconds=seconds, blocking_s=blocking_s, has_optimizer=True), step)
+        if not memory:
+            self.recent_saves.append(record)
         if step > max(self._best_before, self._best_now):
             self.window = self._failed_before + [record]
         self._best_now = max(self._best_now, step)
@@ -94,5 +99,3 @@ class Ledger:
         return FailureHistory(self.failures, self.exposure_s + max(running, 0.0))
 
 
-def _iso(t: float) -> str:
-    return (EPOCH + timedelta(seconds=t)).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,8 +1,15 @@
 """A run's outcome in GPU-hours and dollars, and figures over seeds (mean and percentiles). Pure.
 
-Goodput (ETTR) = GPU-hours of training that survived / GPU-hours paid for. The GPUs are paid for
-the whole window (the seed's "10,000 H100s for 30 days"), spare nodes included; the lost GPU-hours
-by cause add up to the difference, exactly.
+Goodput = GPU-hours of training that survived / GPU-hours paid for. The GPUs are paid for the
+whole window (the seed's "10,000 H100s for 30 days"), spare nodes included; the lost GPU-hours by
+cause add up to the difference, exactly.
+
+ETTR is MegaScale's effective training time ratio: iterations x iteration time / wall time, where
+the iterations are those that survived (work redone after a failure counts once) and the
+iteration time is the whole run's (a shrunk run's slower steps count as the full run's fraction
+they did). The simulated work is exactly iterations x iteration time, so ETTR = work / window, and
+1 - ETTR splits into the causes below (spares excluded: the job does not hold them). So
+goodput = ETTR x (GPUs in the job / GPUs paid for): the two differ only by the spares.
 """
 
 from __future__ import annotations
@@ -32,10 +39,20 @@ class Outcome:
     excluded: dict[str, int]
     saves: int
     mean_interval_s: float | None
+    job_gpu_h: float = 0.0
+    """GPU-hours of the job's own GPUs over the window (spares excluded)."""
+    paths: dict[str, int] = field(default_factory=dict)
+    memory_saves: int = 0
+    mean_memory_interval_s: float | None = None
 
     @property
     def goodput(self) -> float:
         return self.productive_gpu_h / self.paid_gpu_h
+
+    @property
+    def ettr(self) -> float:
+        """Iterations x iteration time / wall time (MegaScale)."""
+        return self.productive_gpu_h / self.job_gpu_h
 
 
 def outcome(run: Run, seed: int) -> Outcome:
@@ -54,6 +71,10 @@ def outcome(run: Run, seed: int) -> Outcome:
         excluded=dict(run.excluded),
         saves=run.saves,
         mean_interval_s=statistics.fmean(run.intervals) if run.intervals else None,
+        job_gpu_h=s.gpus * s.horizon_s / 3600.0,
+        paths=dict(run.paths),
+        memory_saves=run.memory.saves if run.memory else 0,
+        mean_memory_interval_s=statistics.fmean(run.memory.intervals) if run.memory and run.memory.intervals else None,
     )
 
 
@@ -75,8 +96,17 @@ class Summary:
         return statistics.fmean(o.goodput for o in self.outcomes)
 
     @property
+    def ettr(self) -> float:
+        return statistics.fmean(o.ettr for o in self.outcomes)
+
+    @property
     def paid_gpu_h(self) -> float:
         return self.outcomes[0].paid_gpu_h
+
+    @property
+    def job_share(self) -> float:
+        """GPUs in the job / GPUs paid for (goodput = ETTR x this)."""
+        return self.outcomes[0].job_gpu_h / self.outcomes[0].paid_gpu_h
 
     def lost_gpu_h(self) -> dict[str, float]:
         return {c: statistics.fmean(o.lost_gpu_h[c] for o in self.outcomes) for c in CAUSES}
@@ -90,9 +120,10 @@ class Summary:
             total.update(getattr(o, attribute))
         return {k: v / len(self.outcomes) for k, v in sorted(total.items(), key=lambda kv: -kv[1])}
 
-    def mean_interval_s(self) -> float | None:
-        values = [o.mean_interval_s for o in self.outcomes if o.mean_interval_s]
-        return statistics.fmean(values) if values else None
+    def mean_interval_s(self, memory: bool = False) -> float | None:
+        values = [o.mean_memory_interval_s if memory else o.mean_interval_s for o in self.outcomes]
+        kept = [v for v in values if v]
+        return statistics.fmean(kept) if kept else None
 
     def to_json(self) -> dict[str, Any]:
         s = self.scenario
@@ -103,6 +134,8 @@ class Summary:
             "seeds": len(self.outcomes),
             "goodput": round(self.goodput, 5),
             **{f"goodput_p{p}": round(v, 5) for p, v in self.goodput_pct.items()},
+            "ettr": round(self.ettr, 5),
+            "job_share": round(self.job_share, 5),
             "paid_gpu_h": round(self.paid_gpu_h, 1),
             "lost_gpu_h": round(lost, 1),
             "lost_gpu_h_by_cause": {c: round(v, 1) for c, v in self.lost_gpu_h().items()},
@@ -112,8 +145,12 @@ class Summary:
             "restarts": {k: round(v, 2) for k, v in self.mean_counts("restarts").items()},
             "interruptions": {k: round(v, 2) for k, v in self.mean_counts("interruptions").items()},
             "excluded_nodes": {k: round(v, 2) for k, v in self.mean_counts("excluded").items()},
+            "restart_paths": {k: round(v, 2) for k, v in self.mean_counts("paths").items()},
             "saves": round(statistics.fmean(o.saves for o in self.outcomes), 1),
             "mean_interval_s": None if self.mean_interval_s() is None else round(self.mean_interval_s() or 0.0, 1),
+            "memory_saves": round(statistics.fmean(o.memory_saves for o in self.outcomes), 1),
+            "mean_memory_interval_s": None if self.mean_interval_s(memory=True) is None
+            else round(self.mean_interval_s(memory=True) or 0.0, 1),
         }
 
 

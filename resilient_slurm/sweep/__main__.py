@@ -7,9 +7,14 @@ a small requeueable job. The same command resumes a stopped or killed controller
 
 from __future__ import annotations
 
+import os
 import sys
 
-from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.runtime.threads import yield_when_idle
+
+yield_when_idle(os.environ)  # the trials started from here inherit it, before they import torch
+
+from resilient_slurm.exit_codes import ExitCode  # noqa: E402
 from resilient_slurm.sweep import cli
 from resilient_slurm.sweep.study import StudyError
 

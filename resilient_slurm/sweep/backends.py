@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from resilient_slurm.rundir import RunDir
 from resilient_slurm.config import Config
 from resilient_slurm.launch.submit import submit
 from resilient_slurm.slurm import scontrol
@@ -51,9 +52,9 @@ class Backend(Protocol):
 
 class LocalBackend:
     def start(self, cfg: Config, run_dir: Path) -> Handle:
-        log = open(run_dir / "logs" / "launcher.log", "ab")  # noqa: SIM115 - the child owns it from here
+        log = open(RunDir(run_dir).logs / "launcher.log", "ab")  # noqa: SIM115 - the child owns it from here
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "resilient_slurm.launch.local", str(run_dir)],
+            proc = subprocess.Popen([sys.executable, "-m", "resilient_slurm.supervise.local", str(run_dir)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, preexec_fn=_term_with_parent)
         finally:
@@ -115,7 +116,7 @@ def _is_launcher_of(pid: int | None, run_dir: Path | None = None) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"resilient_slurm.launch.local" in argv and (run_dir is None or str(run_dir).encode() in argv)
+    return b"resilient_slurm.supervise.local" in argv and (run_dir is None or str(run_dir).encode() in argv)
 
 
 def _term_with_parent() -> None:

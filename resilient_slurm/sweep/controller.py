@@ -22,10 +22,12 @@ from typing import Any
 
 import optuna
 
-from resilient_slurm.analysis.metrics import lost_path, read_metrics
+from resilient_slurm.rundir import RunDir
+from resilient_slurm.rundir.metrics import lost_path, read_metrics
 from resilient_slurm.config import ConfigError, SweepConfig
-from resilient_slurm.launch.rundir import AllowedChange
+from resilient_slurm.launch.prepare import AllowedChange
 from resilient_slurm.ledger import (
+    LEDGER_FILE,
     EventLog,
     SweepStarted,
     TrialFailed,
@@ -93,7 +95,7 @@ class Controller:
         self.stop = stop
         self.local = local
         self.sleep = sleep
-        self.log = EventLog(study_dir / "events.jsonl", rank=-1)
+        self.log = EventLog(study_dir / LEDGER_FILE, rank=-1)
         self.trials: dict[int, TrialRun] = {}
         self._optuna: dict[int, optuna.trial.Trial] = {}
 
@@ -175,7 +177,7 @@ class Controller:
         value = feed.value_at(t.reported, step)
         details = TrialPruned(trial=t.number, run=t.run, value=value, reason=reason,
                               job=t.handle.job if t.handle else None)
-        EventLog(t.run_dir / "events.jsonl", rank=-1).emit(details, step)
+        EventLog(RunDir(t.run_dir).events, rank=-1).emit(details, step)
         if t.status is Status.RUNNING and t.handle is not None:
             ok, message = self.backend.cancel(t.handle)
             if not ok:
@@ -200,7 +202,7 @@ class Controller:
 
     def _measure(self, t: TrialRun) -> list[dict[str, Any]] | None:
         """Its metrics rows, with what it has computed; None when nothing changed since the last look."""
-        metrics = t.run_dir / "metrics.jsonl"
+        metrics = RunDir(t.run_dir).metrics
         stamp = tuple(p.stat().st_mtime_ns if p.exists() else 0 for p in (metrics, lost_path(metrics)))
         if stamp == t._stamp:
             return None
@@ -229,7 +231,7 @@ class Controller:
         if t.cancelling:
             t.status, t.cancelling = Status.DONE, False
             return
-        outcome = classify(read_events(t.run_dir / "events.jsonl"), how)
+        outcome = classify(read_events(RunDir(t.run_dir).events), how)
         if outcome.ended is Ended.FINISHED:
             t.reached = self.max_steps
             value = feed.final_value(t.reported)
@@ -262,7 +264,7 @@ class Controller:
 
     # --- restart
     def _recover(self) -> None:
-        events = read_events(self.dir / "events.jsonl")
+        events = read_events(self.dir / LEDGER_FILE)
         where = replay(events, self.schedule.next_steps(self))
         for frozen in self.study.trials:
             if frozen.state is optuna.trial.TrialState.WAITING:
@@ -287,7 +289,7 @@ class Controller:
                 if live:
                     t.handle, t.status = live[-1], Status.RUNNING
                     t.jobs += [h.job for h in live if h.job and h.job not in t.jobs]
-                    if classify(read_events(t.run_dir / "events.jsonl"), "running").ended is Ended.PRUNED:
+                    if classify(read_events(RunDir(t.run_dir).events), "running").ended is Ended.PRUNED:
                         # Killed between recording the pruning and cancelling the job: finish the job.
                         for h in live:
                             self.backend.cancel(h)

@@ -1,7 +1,7 @@
 """A trial's run: its config (the command's config and the trial's values), its run directory, and
 its start on a backend, recorded in the run's ledger and the study's.
 
-The controller prepares every trial's run directory itself (`launch/rundir.prepare`), so a value
+The controller prepares every trial's run directory itself (`launch/prepare`), so a value
 that does not validate fails the trial before anything is submitted, and PBT's explore step can
 pass the one change a relaunch is allowed to make.
 """
@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.rundir import RunDir
 from resilient_slurm.config import Adjustment, Config, explicit_keys, to_config
-from resilient_slurm.launch import rundir
+from resilient_slurm.launch.prepare import AllowedChange, prepare
 from resilient_slurm.ledger import ConfigAdjusted, EventLog, TrialLaunched
 from resilient_slurm.sweep.backends import Backend, Handle
 from resilient_slurm.sweep.space import override
@@ -56,11 +57,11 @@ class TrialLauncher:
         return cfg, spelled, adjustments
 
     def launch(self, number: int, params: Mapping[str, Any], target: int, max_steps: int, why: str,
-               allow: rundir.AllowedChange | None = None) -> Launch:
+               allow: AllowedChange | None = None) -> Launch:
         """Prepare the run directory (raises ConfigError) and start the trial; it runs to `target`."""
         cfg, spelled, adjustments = self.config(number, params, target if target < max_steps else 0)
-        run_dir, _ = rundir.prepare(cfg, spelled, allow=allow)
-        run_log = EventLog(run_dir / "events.jsonl", rank=-1)
+        run_dir, _ = prepare(cfg, spelled, allow=allow)
+        run_log = EventLog(RunDir(run_dir).events, rank=-1)
         for a in adjustments:
             run_log.emit(ConfigAdjusted(key=a.key, old=a.old, new=a.new, why=a.why), None)
         handle = self.backend.start(cfg, run_dir)

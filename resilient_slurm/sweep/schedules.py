@@ -8,8 +8,9 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+from resilient_slurm.rundir import RunDir
 from resilient_slurm.config import CheckpointConfig
-from resilient_slurm.launch.rundir import AllowedChange
+from resilient_slurm.launch.prepare import AllowedChange
 from resilient_slurm.ledger import EventLog, Exploit, Explore, PbtGeneration, TrialPromoted, read_events
 from resilient_slurm.sweep import asha, pbt
 from resilient_slurm.sweep.exploit import ExploitError, copy_checkpoint
@@ -158,8 +159,8 @@ class Pbt:
                 lineage = Exploit(generation=t.copy.generation, recipient=t.run, donor=donor.run,
                                   recipient_trial=t.number, donor_trial=donor.number, source=str(source),
                                   checkpoint=str(dest))
-                for log in (ctl.log, EventLog(t.run_dir / "events.jsonl", rank=-1),
-                            EventLog(donor.run_dir / "events.jsonl", rank=-1)):
+                for log in (ctl.log, EventLog(RunDir(t.run_dir).events, rank=-1),
+                            EventLog(RunDir(donor.run_dir).events, rank=-1)):
                     log.emit(lineage, t.copy.step)
             changed = {d.key: [donor.params.get(d.key), t.params.get(d.key)] for d in self.dims}
             ctl.log.emit(Explore(trial=t.number, run=t.run, changed=changed, how=dict(t.copy.how)), t.copy.step)
@@ -185,4 +186,4 @@ def _launch_pending(ctl: Controller) -> None:
 def _exploited(t: TrialRun, generation: int) -> bool:
     """The copy was made already (a controller killed after it, before the launch)."""
     return any(isinstance(e.details, Exploit) and e.details.generation == generation and e.details.recipient == t.run
-               for e in read_events(t.run_dir / "events.jsonl"))
+               for e in read_events(RunDir(t.run_dir).events))

@@ -8,7 +8,7 @@ import signal
 import time
 
 from resilient_slurm.exit_codes import ExitCode
-from resilient_slurm.ledger import EventLog, read_events
+from resilient_slurm.ledger import LEDGER_FILE, EventLog, read_events
 from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
 from resilient_slurm.sweep import leaderboard, plots, study
 from resilient_slurm.sweep.backends import Backend, LocalBackend, SlurmBackend
@@ -31,7 +31,7 @@ def run(plan: Plan, stop: StopRequest | None = None) -> int:
         trials = plan.trials()
         if s.sampler == "grid":
             study.enqueue_grid(journal, grid_points(plan.dims)[:trials])
-        log = EventLog(path / "events.jsonl", rank=-1)
+        log = EventLog(path / LEDGER_FILE, rank=-1)
         backend: Backend = SlurmBackend() if cfg.cluster.kind == "slurm" else LocalBackend()
         launcher = TrialLauncher(plan.base, plan.overrides, name, backend, log)
         steps = plan.pause_steps()
@@ -45,7 +45,7 @@ def run(plan: Plan, stop: StopRequest | None = None) -> int:
                          stop, local=cfg.cluster.kind == "local", sleep=lambda t: _nap(t, stop))
         done = ctl.run()
         gpus = cfg.cluster.gpus_per_node * cfg.cluster.nodes if cfg.cluster.kind == "slurm" else 0
-        events = read_events(path / "events.jsonl")
+        events = read_events(path / LEDGER_FILE)
         table = leaderboard.rows(list(ctl.trials.values()), s.direction, gpus, events)
         keys = [d.key for d in plan.dims]
         leaderboard.write_csv(path / "leaderboard.csv", table, keys)

@@ -42,7 +42,7 @@ def open_tracker(cfg: Config, run_dir: Path, rank: int) -> Tracker:
     mode = effective_mode(cfg.tracking.mode, os.environ.get("WANDB_MODE"))
     if rank != 0 or mode == "disabled":
         return NullTracker()
-    from resilient_slurm.launch.rundir import read_meta
+    from resilient_slurm.rundir.meta import read_meta
     from resilient_slurm.tracking.wandb_tracker import WandbTracker
 
     try:

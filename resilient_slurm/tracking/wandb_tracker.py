@@ -31,7 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.analysis.metrics import read_metrics
+from resilient_slurm.rundir import RunDir
+from resilient_slurm.rundir.metrics import read_metrics
 from resilient_slurm.config import Config, to_dict
 from resilient_slurm.ledger import read_new_events
 from resilient_slurm.tracking import wandb_files
@@ -64,9 +65,9 @@ class WandbTracker:
         self.on_disk = on_disk
         """Offline: the highest step the local files hold (close waits for what it sent)."""
         self.make_table = make_table
-        self.mark_path = run_dir / "wandb" / MARK
-        self.ledger = run_dir / "events.jsonl"
-        self.metrics = run_dir / "metrics.jsonl"
+        self.mark_path = RunDir(run_dir).wandb / MARK
+        self.ledger = RunDir(run_dir).events
+        self.metrics = RunDir(run_dir).metrics
         self.ledger_offset = ledger_offset
         self.sends = [(logged_through, ledger_offset)]
         self.buffer = CommitBuffer(logged_through)
@@ -91,13 +92,13 @@ class WandbTracker:
             # Our own loggers own stdout; wandb's console capture would wrap it.
             settings=wandb.Settings(console="off", quiet=True),
         )
-        mark_path = run_dir / "wandb" / MARK
+        mark_path = RunDir(run_dir).wandb / MARK
         sends = [tuple(s) for s in json.loads(mark_path.read_text())["sends"]] if mark_path.exists() else []
         # Reading the segments back is cheap (about 0.1 s per 5,000 logged steps here).
-        on_disk = _highest_step_on_disk(run_dir / "wandb", meta["run_id"]) if mode == "offline" else None
+        on_disk = _highest_step_on_disk(RunDir(run_dir).wandb, meta["run_id"]) if mode == "offline" else None
         return cls(run, lambda t: wandb.Table(columns=list[str | int](t.columns), data=t.rows), run_dir,
                    *resume_point(sends, on_disk),
-                   on_disk=(lambda: _highest_step_on_disk(run_dir / "wandb", meta["run_id"])) if mode == "offline" else None)
+                   on_disk=(lambda: _highest_step_on_disk(RunDir(run_dir).wandb, meta["run_id"])) if mode == "offline" else None)
 
     def log(self, step: int, values: dict[str, Any]) -> None:
         self.buffer.add(step, values)

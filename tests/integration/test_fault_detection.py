@@ -8,7 +8,7 @@ import pytest
 
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind
-from resilient_slurm.workload.batches import SampleStream
+from resilient_slurm.data.batches import SampleStream
 from tests.integration.runs import events, finish, launch, run_dir
 
 pytestmark = pytest.mark.slow

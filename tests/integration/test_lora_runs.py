@@ -17,11 +17,11 @@ from resilient_slurm.checkpoint.reader import Reader, read_json, saved_tensors
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.export.__main__ import main as export_main
-from resilient_slurm.launch.rundir import load_config
+from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.ledger import Kind
-from resilient_slurm.workload.lora import apply_lora, is_adapter
-from resilient_slurm.workload.model import LlamaForCausalLM
-from resilient_slurm.workload.pretrained import HFWeights, identity
+from resilient_slurm.model.lora import apply_lora, is_adapter
+from resilient_slurm.model.decoder import LlamaForCausalLM
+from resilient_slurm.model.pretrained import HFWeights, identity
 from tests.hf_model import make_hf_model
 from tests.integration.runs import assert_bit_identical, events, final_tensors, finish, interrupt, launch
 

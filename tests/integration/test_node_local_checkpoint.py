@@ -16,13 +16,14 @@ import torch
 import torch.multiprocessing as mp
 
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
+from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.state import capture_snapshot
 from resilient_slurm.config import CheckpointConfig, ClusterConfig, Config, ModelConfig
 from resilient_slurm.ledger import EventLog, read_events
-from resilient_slurm.runtime import parallel
+from resilient_slurm.model import parallel
 from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-from resilient_slurm.workload.model import token_loss_sum
+from resilient_slurm.model.decoder import token_loss_sum
 from tests.ports import free_port
 from tests.sharded_reference import assert_holds_reference_rows, write_reference
 
@@ -57,7 +58,7 @@ def _save(rank, world, port, nodes, tmp):
         scheduler.step()
         optimizer.zero_grad()
         # step 1 in the background (buddy copies on the save's thread), step 2 synchronously
-        ckpt.save(step, capture_snapshot(model, optimizer, scheduler, {"step": step}), "periodic" if step == 1 else
+        ckpt.save(step, capture_snapshot(model, optimizer, scheduler, TrainState(step=step)), "periodic" if step == 1 else
                   "pause")
         ckpt.saver.wait()
     write_reference(model, optimizer, rank, tmp)
@@ -69,7 +70,7 @@ def _resume(rank, world, port, nodes, tmp, expect_step, expect_source):
     comm, model, optimizer, scheduler, ckpt = _setup(rank, world, port, nodes, tmp, seed=99)
     outcome = ckpt.resume(model, optimizer, scheduler)
     assert outcome.restored is not None, outcome.skipped
-    got = (outcome.restored.train_state["step"], outcome.restored.source)
+    got = (outcome.restored.train_state.step, outcome.restored.source)
     assert got == (expect_step, expect_source), (got, outcome.skipped)
     if expect_step == 2:
         assert_holds_reference_rows(model, optimizer, tmp)

@@ -12,12 +12,12 @@ import torch
 import torch.multiprocessing as mp
 
 from resilient_slurm.config import Config, ModelConfig
-from resilient_slurm.runtime import parallel
+from resilient_slurm.model import parallel
 from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.oom import StepOutOfMemory
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-from resilient_slurm.runtime.step import Trainer
-from resilient_slurm.workload.batches import Batch, rank_micro_batches
+from resilient_slurm.runtime.step import StepRunner
+from resilient_slurm.data.batches import Batch, rank_micro_batches
 from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -57,7 +57,7 @@ def _worker(rank: int, port: int) -> None:
     cfg = Config(model=MODEL)
     model = parallel.build_model(MODEL, comm.mesh, comm.device)
     optimizer = build_optimizer(model, cfg.optim)
-    trainer = Trainer(model, optimizer, build_scheduler(optimizer, cfg.optim, 10), comm, cfg.optim.grad_clip)
+    trainer = StepRunner(model, optimizer, build_scheduler(optimizer, cfg.optim, 10), comm, cfg.optim.grad_clip)
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, MODEL.vocab_size, (ROWS, SEQ + 1), generator=g)
     rows = Batch(ids[:, :-1], ids[:, 1:], torch.arange(SEQ).expand(ROWS, SEQ).contiguous(),

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from resilient_slurm.exit_codes import ExitCode
-from resilient_slurm.launch.rundir import load_config
-from resilient_slurm.workload.batches import PackedBatchSampler
-from resilient_slurm.workload.chat_data import cache_root, open_chat_data
-from resilient_slurm.workload.model import LlamaForCausalLM, token_loss_sum
-from resilient_slurm.workload.pretrained import HFWeights
+from resilient_slurm.rundir.identity import load_config
+from resilient_slurm.data.batches import PackedBatchSampler
+from resilient_slurm.data.chat.dataset import cache_root, open_chat_data
+from resilient_slurm.model.decoder import LlamaForCausalLM, token_loss_sum
+from resilient_slurm.model.pretrained import HFWeights
 from tests.hf_model import make_hf_model
 from tests.integration.runs import finish, launch
 

@@ -10,13 +10,14 @@ import torch.multiprocessing as mp
 
 from resilient_slurm.checkpoint.load import load_into
 from resilient_slurm.checkpoint.save import save
+from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.state import capture_snapshot
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.config import Config, ModelConfig
-from resilient_slurm.runtime import parallel
+from resilient_slurm.model import parallel
 from resilient_slurm.runtime.distributed import Comm, RankInfo
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-from resilient_slurm.workload.model import token_loss_sum
+from resilient_slurm.model.decoder import token_loss_sum
 from tests.ports import free_port
 from tests.sharded_reference import assert_holds_reference_rows, write_reference
 
@@ -47,7 +48,7 @@ def _save(rank: int, world: int, port: int, root: str) -> None:
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
-    snap = capture_snapshot(model, optimizer, scheduler, {"step": 2})
+    snap = capture_snapshot(model, optimizer, scheduler, TrainState(step=2))
     save(Path(root), 2, snap, comm, max_shard_bytes=1 << 30, io_threads=2)
     write_reference(model, optimizer, rank, root)  # every value, gathered whole
     comm.close()

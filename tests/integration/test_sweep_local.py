@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from resilient_slurm.launch import rundir
+from resilient_slurm.launch.prepare import prepare
+from resilient_slurm.rundir.identity import load_config
+from resilient_slurm.rundir.meta import read_meta
 from resilient_slurm.ledger import ConfigChanged, Exploit, PbtGeneration, Resume, Stop, SweepStarted, select
 from resilient_slurm.runtime.optim import lr_factor
 from tests.integration.runs import REPO, assert_bit_identical, events, final_tensors, last_step
@@ -46,11 +48,11 @@ def test_a_pbt_exploit_copies_a_checkpoint_and_the_recipient_resumes_with_the_pe
     # The explored value, recorded as the one allowed change, is what the recipient trains with.
     (change,) = select(events(recipient), ConfigChanged)
     assert change.details.changed == {"optim.lr": [recipient_lr, pytest.approx(donor_lr * 0.5)]}
-    assert rundir.read_meta(recipient)["changes"][0]["changed"] == change.details.changed
+    assert read_meta(recipient)["changes"][0]["changed"] == change.details.changed
     resume = select(events(recipient), Resume)[-1]
     assert (resume.step, resume.details.checkpoint) == (20, str(copy))
     rows = {r["step"]: r for r in map(json.loads, (recipient / "metrics.jsonl").read_text().splitlines())}
-    cfg = rundir.load_config(recipient)
+    cfg = load_config(recipient)
     assert rows[21]["lr"] == pytest.approx(donor_lr * 0.5 * lr_factor(20, cfg.optim.warmup_steps, 40,
                                                                        cfg.optim.min_lr_ratio))
     assert rows[40]["val_loss"] and (path / "plots" / "lineage.png").stat().st_size > 0
@@ -81,10 +83,10 @@ def test_asha_pauses_and_promotes_through_a_controller_killed_mid_way(tmp_path):
     # The promoted trial paused at 10 (and was stopped on the way): it still ends bit-identical to
     # the same config trained straight through.
     (best,) = [d for d in trial_dirs if (d / "checkpoints" / "step_00000020").exists()]
-    cfg = rundir.load_config(best)
+    cfg = load_config(best)
     cfg.run.name, cfg.train.pause_at_step = "reference", 0
-    reference, _ = rundir.prepare(cfg, [])
-    done = subprocess.run([sys.executable, "-m", "resilient_slurm.launch.local", str(reference)], cwd=REPO,
+    reference, _ = prepare(cfg, [])
+    done = subprocess.run([sys.executable, "-m", "resilient_slurm.supervise.local", str(reference)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert_bit_identical(final_tensors(reference, 20), final_tensors(best, 20))

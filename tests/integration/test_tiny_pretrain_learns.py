@@ -11,7 +11,7 @@ import torch
 
 from resilient_slurm.data.tokens.prepare import compose
 from resilient_slurm.data.tokens.token_data import open_token_data
-from resilient_slurm.workload.model import IGNORE_INDEX, plain_model, token_loss_sum
+from resilient_slurm.model.decoder import IGNORE_INDEX, plain_model, token_loss_sum
 
 STEPS = 120
 

@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pytest
 
-from resilient_slurm.analysis.metrics import read_metrics
+from resilient_slurm.rundir.metrics import read_metrics
 from resilient_slurm.analysis.report import load, summarize
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind

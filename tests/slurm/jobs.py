@@ -122,7 +122,7 @@ def driven_task(job_id: str, procid: int) -> tuple[int, int, str] | None:
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if not Path(argv[0].decode()).name.startswith("python") or b"resilient_slurm.slurm.task" not in argv:
+            if not Path(argv[0].decode()).name.startswith("python") or b"resilient_slurm.supervise.task" not in argv:
                 continue
             env = dict(item.partition(b"=")[::2] for item in (proc / "environ").read_bytes().split(b"\0"))
         except OSError:

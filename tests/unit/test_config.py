@@ -13,7 +13,7 @@ from resilient_slurm.config import (
     to_dict,
     validate,
 )
-from resilient_slurm.workload.pretrained import apply_pretrained
+from resilient_slurm.model.pretrained import apply_pretrained
 from tests.hf_model import make_hf_model
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

@@ -28,12 +28,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from resilient_slurm.data.tokens.errors import TokenDataError
 from resilient_slurm.data.tokens.sources import ORDER_DIR, Source
+from resilient_slurm.files import atomic_write, utc_stamp
 
 FORMAT = 1
 """Bump when the order's definition or the files' layout changes: old entries are then ignored."""
@@ -129,10 +131,10 @@ class SourceOrder:
             meta = {"format": FORMAT, "source": self.source.name, "digest": self.source.digest,
                     "seq_len": self.seq_len, "seed": self.seed, "tokens": self.source.num_tokens,
                     "windows": self.windows, "val_sequences": self.val_sequences, "max_tokens": max_tokens,
-                    "files": len(self.source.files), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "files": len(self.source.files), "built_at": utc_stamp(),
                     "scan_seconds": round(time.perf_counter() - start, 3)}
             path = os.path.join(self.entry, META)
-            _write_atomic(path, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
+            atomic_write(Path(path), json.dumps(meta, indent=1, sort_keys=True) + "\n")
             self._count(path, start)
             return meta
 
@@ -167,6 +169,8 @@ def _id_dtype(windows: int) -> type:
 
 
 def _write_npy(path: str, array: np.ndarray) -> None:
+    # Streamed to a temporary and renamed (files.atomic_write would hold a second copy in memory,
+    # and an epoch of a large source is gigabytes).
     tmp = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}"
     with open(tmp, "wb") as f:
         np.save(f, array)
@@ -174,11 +178,3 @@ def _write_npy(path: str, array: np.ndarray) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
-
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

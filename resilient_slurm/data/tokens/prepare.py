@@ -26,7 +26,7 @@ def compose(overrides: list[str]) -> Config:
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
 
-    from resilient_slurm.workload.pretrained import apply_pretrained
+    from resilient_slurm.model.pretrained import apply_pretrained
 
     register_schema()
     try:

@@ -31,8 +31,8 @@ from resilient_slurm.data.tokens.errors import SourceExhausted
 from resilient_slurm.data.tokens.order import SourceOrder
 from resilient_slurm.data.tokens.plan import BlockPlan
 from resilient_slurm.data.tokens.position import Phase, Windows, continue_phase
-from resilient_slurm.workload.batches import Batch, rank_micro_batches
-from resilient_slurm.workload.packing import labels_and_positions
+from resilient_slurm.data.batches import Batch, rank_micro_batches
+from resilient_slurm.data.packing import labels_and_positions
 
 
 def windows_batch(orders: Sequence[SourceOrder], picks: Sequence[tuple[int, int]], document_mask: bool) -> Batch:

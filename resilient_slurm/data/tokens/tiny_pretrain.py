@@ -17,7 +17,7 @@ import os
 from resilient_slurm.data.tokens.errors import TokenDataError
 from resilient_slurm.data.tokens.tiny_corpus import KINDS, documents
 from resilient_slurm.data.tokens.tokenize_files import tokenize
-from resilient_slurm.workload.tokenizer import ChatTokenizer, resolve_path
+from resilient_slurm.data.tokenizer import ChatTokenizer, resolve_path
 
 ASSET = "asset:tiny_pretrain/"
 TOKENIZER = "asset:tiny_chat"

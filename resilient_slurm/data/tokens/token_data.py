@@ -17,7 +17,6 @@ built here, once, by whichever rank comes first (order.py), and its time is in `
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +30,9 @@ from resilient_slurm.data.tokens.position import NEW_PHASE
 from resilient_slurm.data.tokens.sampler import TokenBatchSampler, ValRows
 from resilient_slurm.data.tokens.sources import Source, open_source
 from resilient_slurm.data.tokens.tiny_pretrain import resolve_source_path
-from resilient_slurm.workload.chat_data import cache_root
-from resilient_slurm.workload.tokenizer import ChatTokenizer, resolve_path
+from resilient_slurm.files import atomic_write
+from resilient_slurm.data.chat.dataset import cache_root
+from resilient_slurm.data.tokenizer import ChatTokenizer, resolve_path
 
 RECORD = "data.json"
 """In the run directory: each data phase's sources and their files, as the phase first saw them."""
@@ -116,9 +116,7 @@ def _check_record(run_dir: Path, phase: str, sources: list[Source], rank: int) -
     if seen is None:
         if rank == 0:
             record["phases"][phase] = current
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(record, indent=1) + "\n")
-            os.replace(tmp, path)
+            atomic_write(path, json.dumps(record, indent=1) + "\n")
         return
     added = sorted(set(current) - set(seen))
     if added:

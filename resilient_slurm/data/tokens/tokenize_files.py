@@ -29,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,8 @@ from resilient_slurm.data.tokens.idx_writer import IdxWriter
 from resilient_slurm.data.tokens.progress import progress_bar
 from resilient_slurm.data.tokens.records import text_of_line, text_of_value
 from resilient_slurm.data.tokens.text_inputs import InputReader, check_input
-from resilient_slurm.workload.tokenizer import ChatTokenizer, resolve_path
+from resilient_slurm.files import atomic_write
+from resilient_slurm.data.tokenizer import ChatTokenizer, resolve_path
 
 FORMAT = 1
 CHUNK_ITEMS = 50_000
@@ -281,10 +283,5 @@ def _merge(shards: list[str], prefix: str, dtype: str) -> None:
 
 
 def _write_json(path: str, value: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(Path(path), json.dumps(value, indent=1, sort_keys=True))
 

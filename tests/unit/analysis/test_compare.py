@@ -4,7 +4,7 @@ import json
 
 from resilient_slurm.analysis.compare import compare, main
 from resilient_slurm.config import Config
-from resilient_slurm.launch import rundir
+from resilient_slurm.launch.prepare import prepare
 
 
 def run(tmp_path, name, rows=(), **changes):
@@ -13,7 +13,7 @@ def run(tmp_path, name, rows=(), **changes):
     for key, value in changes.items():
         section, field = key.split("__")
         setattr(getattr(c, section), field, value)
-    path, _ = rundir.prepare(c, [])
+    path, _ = prepare(c, [])
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 

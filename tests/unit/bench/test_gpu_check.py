@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from resilient_slurm.config import Config, ModelConfig, OptimConfig
-from resilient_slurm.workload.model import LlamaForCausalLM
+from resilient_slurm.model.decoder import LlamaForCausalLM
 from tests.single_rank import one_rank
 from tests.unit.bench.conftest import BENCH, load_bench
 

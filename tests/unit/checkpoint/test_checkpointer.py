@@ -13,6 +13,7 @@ import torch
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint import save as save_module
 from resilient_slurm.checkpoint.checkpointer import Checkpointer, CheckpointFailed
+from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.state import capture_snapshot
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.config import (
@@ -142,7 +143,7 @@ def test_a_stop_with_no_deadline_saves_everything(run_dir):
 
 
 def job_snapshot(model, opt, sched, step):
-    return capture_snapshot(model, opt, sched, {"step": step, "run_id": "r"})
+    return capture_snapshot(model, opt, sched, TrainState(step=step, run_id="r"))
 
 
 def test_young_daly_sets_the_interval_from_measured_cost_and_records_changes(run_dir):
@@ -177,7 +178,7 @@ def test_resume_falls_back_to_the_cold_tier_and_catches_up_copies(run_dir, tmp_p
     fresh = trained(1)
     outcome = make(run_dir, **tiers).resume(*fresh)
     assert outcome.restored is not None and outcome.restored.source == "cold"
-    assert outcome.restored.train_state["step"] == 4
+    assert outcome.restored.train_state.step == 4
     for a, b in zip(model.state_dict().values(), fresh[0].state_dict().values()):
         assert torch.equal(a, b)
     assert verify(tmp_path / "hot" / "exp" / "run" / "step_00000004").ok  # now cached in the hot tier again

@@ -5,6 +5,7 @@ import torch
 
 from resilient_slurm.checkpoint.load import CheckpointRefused, load_into, resume
 from resilient_slurm.checkpoint.save import save
+from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.state import (
     capture_snapshot,
     optimizer_tensors,
@@ -21,7 +22,7 @@ COMM = one_rank()
 
 def saved(root, step, seed=0):
     model, opt, sched = trained(seed)
-    snap = capture_snapshot(model, opt, sched, {"step": step, "run_id": "abc"})
+    snap = capture_snapshot(model, opt, sched, TrainState(step=step, run_id="abc"))
     return save(root, step, snap, COMM, 1 << 30, 2).path, (model, opt)
 
 
@@ -67,7 +68,7 @@ class FailingCold:
 def test_a_cold_copy_that_cannot_be_fetched_is_skipped_for_an_older_hot_one(tmp_path):
     saved(tmp_path, 2)
     outcome = resume(tmp_path, COMM, *trained(3), io_threads=1, cold=FailingCold([5, 2]))
-    assert outcome.restored is not None and outcome.restored.train_state["step"] == 2
+    assert outcome.restored is not None and outcome.restored.train_state.step == 2
     assert outcome.restored.source == "hot"
     assert outcome.skipped == [("mem://cold/step_00000005", "copy from the cold tier failed: OSError: connection reset")]
 
@@ -76,7 +77,7 @@ def test_before_step_only_considers_earlier_checkpoints(tmp_path):
     for step in (2, 4, 6):
         saved(tmp_path, step)
     outcome = resume(tmp_path, COMM, *trained(3), io_threads=1, before_step=6)
-    assert outcome.restored.train_state["step"] == 4 and not outcome.skipped
+    assert outcome.restored.train_state.step == 4 and not outcome.skipped
 
 
 def test_a_refused_checkpoint_stops_the_resume_and_stays_in_place(tmp_path):
@@ -84,7 +85,7 @@ def test_a_refused_checkpoint_stops_the_resume_and_stays_in_place(tmp_path):
     seen = []
 
     def refusal(train_state):
-        seen.append(train_state["step"])
+        seen.append(train_state.step)
         return "another base model"
 
     with pytest.raises(CheckpointRefused) as err:

@@ -8,6 +8,7 @@ import torch
 from resilient_slurm.checkpoint.load import resume
 from resilient_slurm.checkpoint.safetensors_io import read_header
 from resilient_slurm.checkpoint.save import save
+from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.state import (
     capture_snapshot,
     optimizer_tensors,
@@ -15,7 +16,7 @@ from resilient_slurm.checkpoint.state import (
 )
 from resilient_slurm.config import OptimConfig
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-from resilient_slurm.workload.model import plain_model
+from resilient_slurm.model.decoder import plain_model
 from tests.single_rank import one_rank
 from tests.unit.checkpoint.tiny import TINY, trained
 
@@ -24,7 +25,7 @@ def test_checkpoint_files_are_safetensors_or_json_and_resume_never_unpickles(tmp
     comm = one_rank()
     model, opt, sched = trained(0)
     names = param_names(model)
-    snap = capture_snapshot(model, opt, sched, {"step": 1})
+    snap = capture_snapshot(model, opt, sched, TrainState(step=1))
     ckpt = save(tmp_path, 1, snap, comm, 1 << 30, 2).path
     for f in ckpt.rglob("*"):
         if f.is_file():

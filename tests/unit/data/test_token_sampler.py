@@ -10,7 +10,7 @@ import torch
 from resilient_slurm.data.tokens.errors import SourceExhausted, TokenDataError
 from resilient_slurm.data.tokens.sampler import metrics_row
 from resilient_slurm.data.tokens.token_data import open_token_data
-from resilient_slurm.workload.packing import IGNORE_INDEX
+from resilient_slurm.data.packing import IGNORE_INDEX
 from tests.token_corpora import numbered_docs, token_config, two_sources, write_prefix
 
 

@@ -17,7 +17,7 @@ from resilient_slurm.data.tokens.corpus import MegatronFile
 from resilient_slurm.data.tokens.text_inputs import InputError
 from resilient_slurm.data.tokens.tiny_corpus import documents
 from resilient_slurm.data.tokens.tokenize_files import TokenizeError, tokenize
-from resilient_slurm.workload.tokenizer import ChatTokenizer, resolve_path
+from resilient_slurm.data.tokenizer import ChatTokenizer, resolve_path
 from tests.token_corpora import write_jsonl
 
 TOKENIZER = "asset:tiny_chat"

@@ -15,9 +15,9 @@ transformers = pytest.importorskip("transformers")
 
 from resilient_slurm.config import ModelConfig  # noqa: E402
 from resilient_slurm.export.hf_writer import ExportError, write_hf  # noqa: E402
-from resilient_slurm.workload.chat_data import resolve_path  # noqa: E402
-from resilient_slurm.workload.model import LlamaForCausalLM  # noqa: E402
-from resilient_slurm.workload.tokenizer import ChatTokenizer  # noqa: E402
+from resilient_slurm.data.chat.dataset import resolve_path  # noqa: E402
+from resilient_slurm.model.decoder import LlamaForCausalLM  # noqa: E402
+from resilient_slurm.data.tokenizer import ChatTokenizer  # noqa: E402
 
 TOKENIZER = resolve_path("asset:tiny_chat")
 CFG = ModelConfig(vocab_size=485, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -208,7 +208,7 @@ def base(tmp_path):
 
 
 def test_an_export_over_a_base_keeps_its_config_and_files(tmp_path, base):
-    from resilient_slurm.workload.pretrained import apply_pretrained
+    from resilient_slurm.model.pretrained import apply_pretrained
     cfg = apply_pretrained(ModelConfig(pretrained=str(base)))
     model = _model(cfg)
     _export(tmp_path / "hf", model, cfg, dtype=torch.bfloat16, tokenizer_dir=str(base), base_dir=str(base))

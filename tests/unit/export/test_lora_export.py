@@ -11,15 +11,16 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from resilient_slurm.checkpoint.save import save
+from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.state import capture_snapshot
 from resilient_slurm.config import Config
 from resilient_slurm.export.__main__ import main as export_main
 from resilient_slurm.export.from_checkpoint import export_checkpoint
 from resilient_slurm.export.hf_writer import ExportError
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-from resilient_slurm.workload.lora import apply_lora
-from resilient_slurm.workload.model import plain_model
-from resilient_slurm.workload.pretrained import apply_pretrained, identity
+from resilient_slurm.model.lora import apply_lora
+from resilient_slurm.model.decoder import plain_model
+from resilient_slurm.model.pretrained import apply_pretrained, identity
 from tests.hf_model import make_hf_model
 from tests.single_rank import one_rank
 
@@ -39,7 +40,7 @@ def lora_checkpoint(tmp_path_factory):
     optimizer.step()
     base = {"path": cfg.model.pretrained, "identity": identity(cfg.model.pretrained)}
     snap = capture_snapshot(model, optimizer, build_scheduler(optimizer, cfg.optim, 10),
-                            {"step": 1, "lora": {"rank": 2}, "base_model": base})
+                            TrainState(step=1, lora={"rank": 2}, base_model=base))
     return cfg, save(root / "checkpoints", 1, snap, one_rank(), 1 << 30, 1).path
 
 

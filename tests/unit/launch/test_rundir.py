@@ -3,7 +3,9 @@ from datetime import date
 import pytest
 
 from resilient_slurm.config import Config, ConfigError
-from resilient_slurm.launch import rundir
+from resilient_slurm.launch.prepare import AllowedChange, prepare
+from resilient_slurm.rundir.identity import config_hash, load_config
+from resilient_slurm.rundir.meta import read_meta
 from resilient_slurm.launch.naming import run_name, variant
 
 
@@ -43,46 +45,46 @@ def test_run_name_shape():
 
 def test_first_launch_creates_the_layout_and_relaunch_resumes(tmp_path):
     c = cfg(tmp_path)
-    path, resumed = rundir.prepare(c, ["optim.lr=1e-4"], date(2026, 1, 2))
+    path, resumed = prepare(c, ["optim.lr=1e-4"], date(2026, 1, 2))
     assert not resumed and path == tmp_path / "exp" / "llama-tiny-tiny-chat-20260102-lr1e-4"
     assert {p.name for p in path.iterdir()} >= {"config.yaml", "checkpoints", "logs", "run.json", "overrides.yaml"}
-    again, resumed = rundir.prepare(cfg(tmp_path), ["optim.lr=1e-4"], date(2026, 1, 2))
+    again, resumed = prepare(cfg(tmp_path), ["optim.lr=1e-4"], date(2026, 1, 2))
     assert again == path and resumed
-    assert rundir.load_config(path).run.name == path.name
+    assert load_config(path).run.name == path.name
 
 
 def test_relaunch_with_a_different_learning_rate_is_refused_naming_the_key(tmp_path):
     first = cfg(tmp_path)
     first.run.name = "r"
-    rundir.prepare(first, [])
+    prepare(first, [])
     changed = cfg(tmp_path, lr=3e-4)
     changed.run.name = "r"
     with pytest.raises(ConfigError, match=r"optim\.lr \(0\.0001 -> 0\.0003\)"):
-        rundir.prepare(changed, [])
+        prepare(changed, [])
 
 
 def test_relaunch_may_change_placement_keys(tmp_path):
     first = cfg(tmp_path)
     first.run.name = "r"
-    path, _ = rundir.prepare(first, [])
+    path, _ = prepare(first, [])
     moved = cfg(tmp_path)
     moved.run.name = "r"
     moved.cluster.ranks = 2
     moved.checkpoint.every_steps = 7
     moved.data.micro_batch_size = 1  # the same global batch in smaller pieces (an OOM's remedy)
-    _, resumed = rundir.prepare(moved, [])
-    assert resumed and rundir.load_config(path).cluster.ranks == 2
-    assert rundir.config_hash(first) == rundir.config_hash(moved)
+    _, resumed = prepare(moved, [])
+    assert resumed and load_config(path).cluster.ranks == 2
+    assert config_hash(first) == config_hash(moved)
 
 
 def test_refusal_is_one_line_that_offers_a_fork(tmp_path):
     first = cfg(tmp_path)
     first.run.name = "r"
-    rundir.prepare(first, [])
+    prepare(first, [])
     changed = cfg(tmp_path, lr=3e-4, weight_decay=0.0)
     changed.run.name = "r"
     with pytest.raises(ConfigError) as err:
-        rundir.prepare(changed, [])
+        prepare(changed, [])
     message = str(err.value)
     assert "\n" not in message and "optim.lr" in message and "optim.weight_decay" in message
     assert "run.fork=true" in message
@@ -91,49 +93,49 @@ def test_refusal_is_one_line_that_offers_a_fork(tmp_path):
 def test_fork_makes_a_new_run_that_names_its_parent_and_resumes_on_relaunch(tmp_path):
     first = cfg(tmp_path)
     first.run.name = "r"
-    parent, _ = rundir.prepare(first, [])
+    parent, _ = prepare(first, [])
 
     def fork(lr):
         c = cfg(tmp_path, lr=lr)
         c.run.name, c.run.fork = "r", True
-        return rundir.prepare(c, ["optim.lr=" + str(lr), "run.fork=true"])
+        return prepare(c, ["optim.lr=" + str(lr), "run.fork=true"])
 
     path, resumed = fork(3e-4)
     assert path == parent.with_name("r-fork1") and not resumed
-    meta = rundir.read_meta(path)
-    assert meta["parent"] == {"name": "r", "run_id": rundir.read_meta(parent)["run_id"], "changed": ["optim.lr"]}
-    assert meta["run_id"] != meta["parent"]["run_id"] and rundir.load_config(path).run.name == "r-fork1"
+    meta = read_meta(path)
+    assert meta["parent"] == {"name": "r", "run_id": read_meta(parent)["run_id"], "changed": ["optim.lr"]}
+    assert meta["run_id"] != meta["parent"]["run_id"] and load_config(path).run.name == "r-fork1"
     assert fork(3e-4) == (path, True)  # the same fork command resumes the fork
     assert fork(1e-3)[0] == parent.with_name("r-fork2")
     same = cfg(tmp_path)
     same.run.name, same.run.fork = "r", True
-    assert rundir.prepare(same, []) == (parent, True)  # nothing changed: no fork
+    assert prepare(same, []) == (parent, True)  # nothing changed: no fork
 
 
 def test_an_ablation_records_its_group_from_the_baseline(tmp_path):
     base = cfg(tmp_path)
     base.run.name = "base"
-    rundir.prepare(base, [])
+    prepare(base, [])
     abl = cfg(tmp_path, lr=3e-4)
     abl.run.name, abl.run.baseline = "lr3e-4", "base"
-    path, _ = rundir.prepare(abl, [])
-    assert rundir.read_meta(path)["ablation"] == {"baseline": "base", "group": "ablation-lr-1e-4-vs-3e-4",
+    path, _ = prepare(abl, [])
+    assert read_meta(path)["ablation"] == {"baseline": "base", "group": "ablation-lr-1e-4-vs-3e-4",
                                                  "changed": ["optim.lr"]}
     missing = cfg(tmp_path)
     missing.run.name, missing.run.baseline = "x", "nope"
     with pytest.raises(ConfigError, match=r"^run\.baseline: no run .*nope; launch the baseline first"):
-        rundir.prepare(missing, [])
+        prepare(missing, [])
 
 
 def test_every_launch_is_recorded_with_its_overrides(tmp_path):
-    from resilient_slurm.analysis.record import read_record
+    from resilient_slurm.rundir.record import read_record
 
     c = cfg(tmp_path)
     c.run.name = "r"
-    path, _ = rundir.prepare(c, ["run.name=r"])
+    path, _ = prepare(c, ["run.name=r"])
     again = cfg(tmp_path)
     again.run.name, again.cluster.ranks = "r", 2
-    rundir.prepare(again, ["run.name=r", "cluster.ranks=2"])
+    prepare(again, ["run.name=r", "cluster.ranks=2"])
     lines = read_record(path)
     assert [(x["kind"], x["resumed"], x["overrides"]) for x in lines] == [
         ("launch", False, ["run.name=r"]), ("launch", True, ["run.name=r", "cluster.ranks=2"])]
@@ -144,15 +146,15 @@ def test_an_allowed_change_is_made_and_recorded_in_run_json_and_the_ledger(tmp_p
 
     first = cfg(tmp_path)
     first.run.name = "r"
-    path, _ = rundir.prepare(first, [])
-    old_hash = rundir.read_meta(path)["config_hash"]
+    path, _ = prepare(first, [])
+    old_hash = read_meta(path)["config_hash"]
     changed = cfg(tmp_path, lr=3e-4)
     changed.run.name = "r"
-    allow = rundir.AllowedChange(frozenset({"optim.lr", "optim.warmup_steps"}), "PBT generation 1")
-    _, resumed = rundir.prepare(changed, [], allow=allow)
-    meta = rundir.read_meta(path)
-    assert resumed and rundir.load_config(path).optim.lr == 3e-4
-    assert meta["config_hash"] == rundir.config_hash(changed) != old_hash
+    allow = AllowedChange(frozenset({"optim.lr", "optim.warmup_steps"}), "PBT generation 1")
+    _, resumed = prepare(changed, [], allow=allow)
+    meta = read_meta(path)
+    assert resumed and load_config(path).optim.lr == 3e-4
+    assert meta["config_hash"] == config_hash(changed) != old_hash
     (change,) = meta["changes"]
     assert change["changed"] == {"optim.lr": [1e-4, 3e-4]} and change["previous_config_hash"] == old_hash
     (event,) = select(read_events(path / "events.jsonl"), ConfigChanged)
@@ -162,9 +164,9 @@ def test_an_allowed_change_is_made_and_recorded_in_run_json_and_the_ledger(tmp_p
 def test_a_change_beyond_the_allowed_keys_is_refused_as_ever(tmp_path):
     first = cfg(tmp_path)
     first.run.name = "r"
-    rundir.prepare(first, [])
+    prepare(first, [])
     changed = cfg(tmp_path, lr=3e-4, weight_decay=0.0)
     changed.run.name = "r"
     with pytest.raises(ConfigError, match=r"optim\.weight_decay"):
-        rundir.prepare(changed, [], allow=rundir.AllowedChange(frozenset({"optim.lr"}), "x"))
-    assert "changes" not in rundir.read_meta(tmp_path / "exp" / "r")
+        prepare(changed, [], allow=AllowedChange(frozenset({"optim.lr"}), "x"))
+    assert "changes" not in read_meta(tmp_path / "exp" / "r")

@@ -9,11 +9,13 @@ import shutil
 import pytest
 import torch
 
+from resilient_slurm.rundir import RunDir
+from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
 from resilient_slurm.runtime import build
-from resilient_slurm.workload.chat_data import resolve_path
-from resilient_slurm.workload.pretrained import apply_pretrained
-from resilient_slurm.workload.tiny_chat import conversations
+from resilient_slurm.data.chat.dataset import resolve_path
+from resilient_slurm.model.pretrained import apply_pretrained
+from resilient_slurm.data.chat.tiny import conversations
 from tests.hf_model import make_hf_model
 from tests.single_rank import one_rank
 
@@ -93,7 +95,7 @@ def test_a_resume_against_changed_data_is_refused_naming_the_file(tmp_path):
     path = write(tmp_path / "chat.jsonl", conversations(50, seed=1))
     cfg = config(tmp_path, path=path, val_samples=5)
     build.open_data(cfg, tmp_path, one_rank())  # the first start records the data
-    assert (tmp_path / build.DATA_RECORD).is_file()
+    assert RunDir(tmp_path).data_record.is_file()
     write(tmp_path / "chat.jsonl", conversations(51, seed=1))
     assert path in one_line_error(lambda: build.open_data(cfg, tmp_path, one_rank()))
 
@@ -109,6 +111,7 @@ def test_a_missing_shard_of_the_pretrained_weights_is_named(pretrained, tmp_path
 
 def test_a_lora_model_holds_its_base_in_bf16_trains_only_adapters_and_starts_as_its_base(pretrained, tmp_path):
     from resilient_slurm.checkpoint.state import capture_snapshot
+    from resilient_slurm.checkpoint.train_state import TrainState
     from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
 
     cfg = config(tmp_path, pretrained)
@@ -126,7 +129,7 @@ def test_a_lora_model_holds_its_base_in_bf16_trains_only_adapters_and_starts_as_
     optimizer = build_optimizer(model, cfg.optim)
     model(ids).float().mean().backward()
     optimizer.step()
-    snap = capture_snapshot(model, optimizer, build_scheduler(optimizer, cfg.optim, 10), {"step": 1})
+    snap = capture_snapshot(model, optimizer, build_scheduler(optimizer, cfg.optim, 10), TrainState(step=1))
     adapters = {n for n in dtypes if ".lora_" in n}
     assert set(snap.model) == adapters and len(adapters) == 2 * 4 * cfg.model.num_layers
     assert {n.rsplit(".", 1)[0] for n in snap.optimizer} == adapters
@@ -137,11 +140,11 @@ def test_a_lora_run_refuses_checkpoints_of_another_base_or_another_kind_of_train
     cfg.model.lora.rank = 8
     base = {"path": "/models/a", "identity": "a" * 64}
     lora = build.lora_record(cfg)
-    assert build.resume_refusal({"step": 5, "lora": lora, "base_model": base}, cfg, base) is None
-    other = build.resume_refusal({"lora": lora, "base_model": {"path": "/models/a", "identity": "b" * 64}}, cfg, base)
+    assert build.resume_refusal(TrainState(step=5, lora=lora, base_model=base), cfg, base) is None
+    other = build.resume_refusal(TrainState(step=5, lora=lora, base_model={"path": "/models/a", "identity": "b" * 64}), cfg, base)
     assert other and "/models/a" in other and "b" * 16 in other and "a" * 16 in other and "\n" not in other
-    full = build.resume_refusal({"step": 5}, cfg, base)
+    full = build.resume_refusal(TrainState(step=5), cfg, base)
     assert full and full.startswith("a checkpoint of a full fine-tune") and "model.lora.rank=8" in full
     cfg.model.lora.rank = None
-    assert build.resume_refusal({"step": 5}, cfg, None) is None
-    assert "model.lora.rank=8" in (build.resume_refusal({"lora": lora, "base_model": base}, cfg, None) or "")
+    assert build.resume_refusal(TrainState(step=5), cfg, None) is None
+    assert "model.lora.rank=8" in (build.resume_refusal(TrainState(step=5, lora=lora, base_model=base), cfg, None) or "")

@@ -6,23 +6,23 @@ import torch
 from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
 from resilient_slurm.config import Config, ModelConfig
-from resilient_slurm.runtime import parallel
+from resilient_slurm.model import parallel
 from resilient_slurm.runtime.oom import StepOutOfMemory, inside_fsdp
 from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-from resilient_slurm.runtime.step import Trainer
-from resilient_slurm.workload.batches import Batch
+from resilient_slurm.runtime.step import StepRunner
+from resilient_slurm.data.batches import Batch
 from tests.single_rank import one_rank
 
 MODEL = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
                     num_kv_heads=1, max_seq_len=16)
 
 
-def trainer() -> Trainer:
+def trainer() -> StepRunner:
     comm = one_rank()
     model = parallel.build_model(MODEL, comm.mesh, comm.device)
     parallel.fill_random(model, MODEL, 1)
     optimizer = build_optimizer(model, Config().optim)
-    return Trainer(model, optimizer, build_scheduler(optimizer, Config().optim, 10), comm, 1.0)
+    return StepRunner(model, optimizer, build_scheduler(optimizer, Config().optim, 10), comm, 1.0)
 
 
 def batches(micro: int) -> list[Batch]:

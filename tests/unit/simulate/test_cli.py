@@ -22,7 +22,8 @@ def test_json_is_one_object_with_goodput_and_the_breakdown(capsys):
 def test_compare_covers_every_strategy(capsys):
     assert main([*SMALL, "--compare", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert list(out["strategies"]) == ["none", "fixed", "young_daly", "async", "spares", "elastic"]
+    assert list(out["strategies"]) == ["none", "fixed", "young_daly", "async", "spares", "elastic", "heartbeat",
+                                      "memory", "inprocess"]
     assert out["goodput"] == out["strategies"]["young_daly"]["goodput"]
     assert main([*SMALL, "--compare"]) == 0
     table = capsys.readouterr().out
@@ -53,4 +54,5 @@ def test_plot_writes_a_png(tmp_path, capsys):
     out = tmp_path / "timeline.png"
     assert main([*SMALL, "--seeds", "1", "--strategy", "elastic", "--plot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "goodput (ETTR)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "goodput (of the GPU-hours paid" in out and "ETTR (MegaScale" in out

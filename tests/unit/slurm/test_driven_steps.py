@@ -129,7 +129,7 @@ def test_rendered_sbatch_of_a_driven_job_runs_python_in_the_batch_script(tmp_pat
 
 
 def test_a_grow_back_is_priced_at_the_newest_restart_this_allocation_measured():
-    from resilient_slurm.slurm.driver import restart_cost_s
+    from resilient_slurm.supervise.driver import restart_cost_s
 
     def restart(latency_s, restart=0):
         return parse({"event": "restart_in_allocation", "rank": -1, "step": 9, "job_id": "7", "restart": restart,

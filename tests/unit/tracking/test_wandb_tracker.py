@@ -6,9 +6,10 @@ from collections import Counter
 
 import pytest
 
-from resilient_slurm.analysis.metrics import MetricsFile
+from resilient_slurm.rundir.metrics import MetricsFile
 from resilient_slurm.config import Config
-from resilient_slurm.launch import rundir
+from resilient_slurm.launch.prepare import prepare
+from resilient_slurm.rundir.meta import read_meta
 from resilient_slurm.ledger import EventLog, Finish, Resume, Save, Start, Stop, read_events
 from resilient_slurm.tracking import open_tracker
 from resilient_slurm.tracking.wandb_files import history, segments
@@ -53,13 +54,13 @@ def segment(cfg, run_dir, steps, commit, code, resumed_from=None):
 def test_two_segments_make_one_run_with_each_step_once(tmp_path, offline):
     cfg = Config()
     cfg.run.root, cfg.run.experiment, cfg.run.name = str(tmp_path / "runs"), "exp", "r"
-    run_dir, _ = rundir.prepare(cfg, [])
+    run_dir, _ = prepare(cfg, [])
     segment(cfg, run_dir, range(1, 11), commit=5, code=75)
     # The next process resumes from an older checkpoint (3): steps 4 and 5 are already in wandb,
     # so only 6.. is sent; their recomputed values stay out of the run.
     segment(cfg, run_dir, range(4, 13), commit=12, code=0, resumed_from=3)
 
-    run_id = rundir.read_meta(run_dir)["run_id"]
+    run_id = read_meta(run_dir)["run_id"]
     segs = segments(run_dir / "wandb", run_id)
     assert len(segs) == 2
     rows = [row for seg in segs for row in history(seg)]

@@ -1,0 +1,23 @@
+"""The public API for a training loop of your own: what it needs to be kept alive, nothing else.
+
+    from resilient_slurm.api import Session
+
+    with Session.from_env(model, optimizer, scheduler, data) as s:   # run dir, ranks, signals
+        s.resume()                                                    # restores what was passed
+        for step in s.steps(max_steps):                               # from the resumed step on
+            loss = train_one_step()
+            s.log(step, loss=loss.item(), tokens=n)                   # metrics.jsonl + tracker
+            if s.end_of_step(step):                                   # agreed stop; saves done
+                break
+    # the block exits with status 75 (launch again to resume) after a stop, normally when done
+
+Launch it with `python -m resilient_slurm.launch entry=MODULE:FUNCTION ...` (locally, on Slurm, in
+a sweep): the function gets the composed config, the session everything else. `examples/own_loop/`
+is a complete loop, and its plain twin without any of this.
+"""
+
+from resilient_slurm.checkpoint.train_state import TrainState
+from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.runtime.session import InputError, Session
+
+__all__ = ["ExitCode", "InputError", "Session", "TrainState"]

@@ -1,0 +1,62 @@
+"""Typed configuration: the dataclasses Hydra fills, and their validation.
+
+Every default lives in these dataclasses, once, with its doc beneath it: `register_schema` hands
+them to Hydra as the base of `conf/config.yaml`, and `conf/` holds only presets that differ
+(experiments, model sizes, checkpoint policies, clusters). `launch` converts Hydra's DictConfig to
+these objects once (`to_config`); nothing deeper sees a DictConfig. Validation reports every problem
+at once, each as one line naming the key and the fix: each section checks its own keys
+(`problems()`), `schema.validate` the ones that span sections.
+
+Modules, one per section, then the whole:
+    checks      ConfigError, the problem collector, plain names, flatten                [pure]
+    run         run.*: experiments root, run name, fork, baseline, required keys        [pure]
+    model       model.*: dimensions, pretrained directory, LoRA                         [pure]
+    data        data.*: the data, its batches                                           [pure]
+    train       optim.* and train.*                                                     [pure]
+    checkpoint  checkpoint.*: policies, retention, tiers                                [pure]
+    cluster     cluster.*: local ranks or a Slurm allocation, spares, elastic shrinking [pure]
+    monitor     monitor.* and health.*                                                  [pure]
+    tracking    tracking.* and eval.*                                                   [pure]
+    faults      fault.*: injection for tests and drills                                 [pure]
+    sweep       sweep.*: hyperparameter search                                          [pure]
+    schema      Config (every section), placement keys, cross-section checks            [pure]
+    compose     Hydra's composed config → typed Config; the schema Hydra starts from
+
+Everything is re-exported here: `from resilient_slurm.config import Config, ConfigError, ...`.
+"""
+
+from resilient_slurm.config.checkpoint import CheckpointConfig, ColdTierConfig
+from resilient_slurm.config.checks import ConfigError, flatten
+from resilient_slurm.config.cluster import (
+    ClusterConfig,
+    ElasticConfig,
+    driven,
+    min_nodes,
+    world_size,
+)
+from resilient_slurm.config.compose import (
+    Adjustment,
+    explicit_keys,
+    fit_warmup,
+    register_schema,
+    to_config,
+    to_dict,
+)
+from resilient_slurm.config.data import LOSS_MODES, DataConfig, SourceConfig
+from resilient_slurm.config.faults import FaultConfig
+from resilient_slurm.config.model import DTYPES, LORA_TARGETS, LoRAConfig, ModelConfig
+from resilient_slurm.config.monitor import FINDINGS, HealthConfig, MonitorConfig
+from resilient_slurm.config.run import RunConfig
+from resilient_slurm.config.schema import PLACEMENT_PREFIXES, Config, train_steps, validate
+from resilient_slurm.config.sweep import PRUNERS, SAMPLERS, SCHEDULERS, SweepConfig
+from resilient_slurm.config.tracking import TRACKING_MODES, EvalConfig, TrackingConfig
+from resilient_slurm.config.train import OptimConfig, TrainConfig
+
+__all__ = [
+    "DTYPES", "FINDINGS", "LORA_TARGETS", "LOSS_MODES", "PLACEMENT_PREFIXES", "PRUNERS", "SAMPLERS", "SCHEDULERS",
+    "TRACKING_MODES", "Adjustment", "CheckpointConfig", "ClusterConfig", "ColdTierConfig", "Config", "ConfigError",
+    "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "HealthConfig", "LoRAConfig", "ModelConfig",
+    "MonitorConfig", "OptimConfig", "RunConfig", "SourceConfig", "SweepConfig", "TrackingConfig", "TrainConfig", "driven",
+    "explicit_keys", "fit_warmup", "flatten", "min_nodes", "register_schema", "to_config", "to_dict", "train_steps", "validate",
+    "world_size",
+]

@@ -1,0 +1,27 @@
+"""`fault.*`: fault injection for tests and drills."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FaultConfig:
+    """Fault injection for tests and drills; everything off by default."""
+
+    step_sleep_s: float = 0.0
+    """Sleep this long in every step (on `ranks`): a slow GPU, or pacing for tests."""
+    raise_at_step: int = 0
+    """Raise an exception when this step begins (on `ranks`), on every attempt: a code bug."""
+    nan_at_step: int = 0
+    """Make the loss NaN at this step, with the data originally scheduled for it: a bad batch.
+    After a rollback skips that data, the step runs clean."""
+    hang_at_step: int = 0
+    """Stop making progress at this step (on `ranks`): a hung GPU or a deadlock."""
+    oom_at_step: int = 0
+    """Raise torch.OutOfMemoryError, what the CUDA allocator raises, in the forward of this step (on
+    `ranks`) while the micro-batch is data.micro_batch_size: a step that fits only at a smaller one."""
+    leak_mb_per_step: float = 0.0
+    """Keep this many more MB of host memory every step (on `ranks`): a leak."""
+    ranks: list[int] = field(default_factory=list)
+    """Ranks the faults apply to (empty: all)."""

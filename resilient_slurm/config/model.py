@@ -1,0 +1,94 @@
+"""`model.*`: the decoder's dimensions, where its weights come from, LoRA."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from resilient_slurm.config.checks import Problems
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The linear layers of a Llama decoder layer (Hugging Face names): what LoRA can adapt."""
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass
+class LoRAConfig:
+    rank: int | None = None
+    """Train LoRA adapters of this rank on `targets` instead of every weight; null: a full fine-tune.
+    The base model is frozen (held in bfloat16, rebuilt from its files at every start); the
+    adapters train in float32. Checkpoints hold the adapters, their optimizer state and the base's
+    identity; hf/ then holds a PEFT adapter (`python -m resilient_slurm.export RUN OUT --merge`
+    writes the merged model)."""
+    alpha: float = 16.0
+    """The adapters' output is scaled by alpha / rank (PEFT's lora_alpha)."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input while training (PEFT's lora_dropout)."""
+    targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Layers of every decoder layer that get adapters, by name: the attention projections by
+    default; any of LORA_TARGETS (the MLP's gate_proj, up_proj, down_proj too)."""
+
+    def problems(self) -> list[str]:
+        p = Problems()
+        p.need(self.rank is None or self.rank >= 1,
+               f"model.lora.rank: {self.rank}; set a rank of 1 or more, or null for a full fine-tune")
+        p.need(self.alpha > 0, f"model.lora.alpha: {self.alpha}; set it > 0 (the adapters are scaled by alpha / rank)")
+        p.need(0 <= self.dropout < 1, f"model.lora.dropout: {self.dropout}; set it within [0, 1)")
+        unknown = [t for t in self.targets if t not in LORA_TARGETS]
+        p.need(not unknown and bool(self.targets),
+               f"model.lora.targets: {unknown[0]!r} matches no layer of the model; use some of "
+               f"{', '.join(LORA_TARGETS)}" if unknown else
+               f"model.lora.targets: empty; use some of {', '.join(LORA_TARGETS)}")
+        return p
+
+
+@dataclass
+class ModelConfig:
+    pretrained: str | None = None
+    """A Hugging Face Llama model directory (config.json, safetensors weights, tokenizer files) to
+    fine-tune. Its config.json sets every dimension below at launch (none is copied by hand); the
+    weights are read shard by shard, each rank only its own rows. Null: random initialisation."""
+    name: str = "llama-tiny"
+    """Short model name, used in generated run names (the directory's name when `pretrained` is set)."""
+    vocab_size: int = 512
+    hidden_size: int = 256
+    intermediate_size: int = 688
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    """Grouped-query attention: key/value heads shared by num_heads // num_kv_heads query heads."""
+    head_dim: int | None = None
+    """Per-head dimension; null: hidden_size // num_heads."""
+    max_seq_len: int = 256
+    """Longest sequence the model is trained on (HF max_position_embeddings)."""
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    """HF rope_scaling, e.g. Llama-3.1's {rope_type: llama3, factor: 8, low_freq_factor: 1,
+    high_freq_factor: 4, original_max_position_embeddings: 8192}; null: none."""
+    rms_norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+    bos_token_id: int | None = None
+    eos_token_id: list[int] = field(default_factory=list)
+    """Written to the exported config.json; from the pretrained config, else from the tokenizer."""
+    dtype: str = "float32"
+    """Compute dtype (float32 or bfloat16). Master weights, gradients' reduction and AdamW state are
+    always float32 (FSDP2 MixedPrecisionPolicy): bf16 parameters lose small updates on long runs.
+    With `lora.rank`, the frozen base is held in bfloat16 whatever this says (it never updates)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass: ~1/25 of the activation
+    memory for about a third more compute."""
+    init_std: float = 0.02
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+
+    def problems(self) -> list[str]:
+        p = Problems()
+        p.need(self.hidden_size % self.num_heads == 0,
+               f"model.hidden_size: {self.hidden_size} is not divisible by model.num_heads={self.num_heads}; change one")
+        p.need(self.num_heads % self.num_kv_heads == 0,
+               f"model.num_kv_heads: {self.num_kv_heads} does not divide model.num_heads={self.num_heads}; pick a "
+               f"divisor")
+        p.need((self.hidden_size // max(self.num_heads, 1)) % 2 == 0,
+               "model.hidden_size: head dim must be even for rotary embeddings; change hidden_size or num_heads")
+        p.need(self.dtype in DTYPES, f"model.dtype: {self.dtype!r} unknown; use one of {', '.join(DTYPES)}")
+        p.extend_new(self.lora.problems())
+        return p

@@ -1,0 +1,127 @@
+"""The whole config: every section, and the checks that need more than one of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from resilient_slurm.config.checkpoint import CheckpointConfig
+from resilient_slurm.config.checks import Problems, flatten
+from resilient_slurm.config.cluster import ClusterConfig, driven, min_nodes, world_size
+from resilient_slurm.config.data import DataConfig
+from resilient_slurm.config.faults import FaultConfig
+from resilient_slurm.config.model import ModelConfig
+from resilient_slurm.config.monitor import HealthConfig, MonitorConfig
+from resilient_slurm.config.run import RunConfig
+from resilient_slurm.config.sweep import SweepConfig
+from resilient_slurm.config.tracking import EvalConfig, TrackingConfig
+from resilient_slurm.config.train import OptimConfig, TrainConfig
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    entry: str = ""
+    """A user's own training function, `MODULE:FUNCTION`, run instead of the built-in trainer: it
+    gets the composed config and makes an `api.Session`; empty: the built-in trainer."""
+    user: dict[str, Any] = field(default_factory=dict)
+    """With `entry`: the composed config's top-level keys that are the user's own (a `+my=...`
+    group), handed to the function beside the project's."""
+
+
+# Keys that change where or how a run executes, not what it computes: a relaunch may change them,
+# and they are never part of a run's name.
+# The micro-batch is one: the loss is normalised by the global batch's token count, so cutting the same
+# rows into other micro-batches changes only the order of a sum, as a new world size does.
+PLACEMENT_PREFIXES = ("run.", "cluster.", "checkpoint.", "monitor.", "health.", "fault.", "tracking.", "eval.",
+                      "train.log_every_steps", "train.threads", "train.pause_at_step", "data.cache_dir", "sweep.",
+                      "data.micro_batch_size")
+
+
+def validate(cfg: Config) -> list[str]:
+    """Every semantic problem, each one line: `key: what is wrong; fix`; at most one per key."""
+    p = Problems()
+    p.extend_new(requirements(cfg))
+    if p:
+        return p  # without what the recipe needs (its model, its data) the other checks would mislead
+    m, d, o, t = cfg.model, cfg.data, cfg.optim, cfg.train
+    p.extend_new(cfg.run.problems())
+    p.extend_new(m.problems())
+    p.need(d.seq_len <= m.max_seq_len,
+           f"data.seq_len: {d.seq_len} exceeds model.max_seq_len={m.max_seq_len}; lower it or raise max_seq_len")
+    p.extend_new(d.problems())
+    # A recipe that requires model.pretrained says so already; its tokenizer comes from there.
+    p.need(bool(d.tokenizer or m.pretrained) or "model.pretrained" in cfg.run.require,
+           "data.tokenizer: empty and model.pretrained is not set; set one of them to a Hugging Face directory "
+           "with tokenizer.json and a chat template")
+    per_step = d.micro_batch_size * world_size(cfg.cluster)
+    p.need(d.global_batch_size % max(per_step, 1) == 0,
+           f"data.global_batch_size: {d.global_batch_size} is not a multiple of micro_batch_size*ranks="
+           f"{per_step}; change one of them")
+    p.extend_new(o.problems())
+    steps = train_steps(cfg)
+    p.need(0 <= o.warmup_steps < max(steps, 1) or steps == 0,
+           f"optim.warmup_steps: {o.warmup_steps} must be below {budget(t, steps)}; lower it or raise "
+           f"{'train.max_tokens' if t.max_tokens > 0 else 'train.max_steps'}")
+    p.extend_new(t.problems())
+    p.extend_new(cfg.checkpoint.problems())
+    p.extend_new(cfg.cluster.problems())
+    p.extend_new(shrinkable(cfg))
+    for section in (cfg.health, cfg.monitor, cfg.tracking, cfg.eval):
+        p.extend_new(section.problems())
+    p += cfg.sweep.problems(cfg.cluster.kind)
+    return p
+
+
+def train_steps(cfg: Config) -> int:
+    """Optimizer steps of the run: train.max_steps, or train.max_tokens in whole global batches
+    (rounded up, so the budget is met; every step trains global_batch_size * seq_len tokens)."""
+    t, d = cfg.train, cfg.data
+    if t.max_tokens <= 0:
+        return t.max_steps
+    return -(-t.max_tokens // max(d.global_batch_size * d.seq_len, 1))
+
+
+def budget(t: TrainConfig, steps: int) -> str:
+    """The run's length as the user set it, for messages."""
+    return f"train.max_tokens={t.max_tokens} ({steps} steps)" if t.max_tokens > 0 else f"train.max_steps={steps}"
+
+
+def requirements(cfg: Config) -> list[str]:
+    """What a run cannot start without: an experiments root, and every key its recipe requires."""
+    p = Problems()
+    p.need(bool(cfg.run.root), "run.root: empty; set it to the experiments directory")
+    values = flatten(cfg)
+    for key in cfg.run.require:
+        p.need(key in values and values[key] not in (None, ""),
+               f"{key}: +experiment={cfg.run.experiment} needs it; set {key}=..." if key in values
+               else f"run.require: {key!r} is not a config key; fix the recipe")
+    return p
+
+
+def shrinkable(cfg: Config) -> list[str]:
+    """A run that may shrink inside its allocation: the global batch must divide at every world size
+    it may shrink to (checked only once the allocation's own keys are right)."""
+    k, d = cfg.cluster, cfg.data
+    if not driven(k) or k.spare_nodes < 0 or not 0 <= k.elastic.min_nodes <= k.nodes:
+        return []
+    bad = [n for n in range(min_nodes(k), k.nodes + 1)
+           if d.global_batch_size % max(d.micro_batch_size * n * k.tasks_per_node, 1)]
+    if not bad:
+        return []
+    return [f"cluster.elastic.min_nodes: data.global_batch_size={d.global_batch_size} is not a multiple of "
+            f"micro_batch_size*ranks at {', '.join(map(str, bad))} node(s), which the run may shrink to; raise "
+            f"min_nodes or choose a global batch that every world size from {min_nodes(k)} to {k.nodes} nodes "
+            f"divides"]

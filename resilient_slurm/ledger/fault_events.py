@@ -1,0 +1,222 @@
+"""Faults, stops and decisions: anomalies, rollbacks, signals, crashes, out of memory, hangs, requeues,
+restarts inside the allocation, node health, config changes, pauses, the finish."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from resilient_slurm.ledger.kinds import Details, Kind
+
+
+@dataclass(frozen=True, kw_only=True)
+class Anomaly(Details):
+    """A monitor finding (monitor/detectors.py) and what was done about it."""
+
+    KIND = Kind.ANOMALY
+    kind: str
+    """The finding: loss_nan, loss_spike, slow_rank, ..."""
+    message: str
+    evidence: dict[str, Any]
+    action: str
+    """The recovery action taken (rollback, give_up) or report."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rollback(Details):
+    KIND = Kind.ROLLBACK
+    reason: str
+    anomaly_step: int
+    checkpoint: str | None
+    skipped_batches: int
+    skipped_positions: list[int]
+    """[first, end) global sample positions skipped."""
+    skipped_samples: list[int]
+    lr_scale: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GaveUp(Details):
+    """The run stops for good: do not requeue."""
+
+    KIND = Kind.GAVE_UP
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Signal(Details):
+    KIND = Kind.SIGNAL
+    signal: str
+    received: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stop(Details):
+    """A stop request was honoured after an emergency save."""
+
+    KIND = Kind.STOP
+    reason: str
+    checkpoint: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Crash(Details):
+    KIND = Kind.CRASH
+    error: str
+    traceback: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class OomRetry(Details):
+    """A rank ran out of device memory in a step's forward or backward: every rank redid the step
+    at a smaller micro-batch, over the same global batch (more accumulation)."""
+
+    KIND = Kind.OOM_RETRY
+    ranks: list[int]
+    """The ranks that ran out."""
+    error: str
+    """The first of them's error (first line)."""
+    old_micro_batch: int
+    new_micro_batch: int
+    configured_micro_batch: int
+    """data.micro_batch_size at the time: later starts with this value keep new_micro_batch."""
+    accumulation: int
+    """Micro-batches per rank and step at the new size."""
+    memory: list[dict[str, float]]
+    """Each rank's figures, by rank: max_allocated_bytes, reserved_bytes, total_bytes on CUDA;
+    rss_bytes, max_rss_bytes on the host."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutOfMemory(Details):
+    """Out of device memory where a smaller micro-batch cannot help: the run gives up, with what to do."""
+
+    KIND = Kind.OUT_OF_MEMORY
+    phase: str
+    """forward/backward (at micro-batch 1) or optimizer."""
+    ranks: list[int]
+    error: str
+    micro_batch: int
+    memory: list[dict[str, float]]
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostOom(Details):
+    """A rank's process was killed by the kernel's OOM killer: host memory ran out, the node is fine."""
+
+    KIND = Kind.HOST_OOM
+    killed_rank: int | None
+    """None when only a cgroup's counter saw the kill, not which process it took."""
+    pid: int | None
+    source: str
+    """kernel_log (a line naming the pid) or cgroup (an oom_kill counter that went up)."""
+    evidence: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hang(Details):
+    KIND = Kind.HANG
+    reason: str
+    waited_s: float
+    limit_s: float
+    stacks: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StacksDumped(Details):
+    KIND = Kind.STACKS_DUMPED
+    reason: str
+    waited_s: float
+    stacks: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finish(Details):
+    KIND = Kind.FINISH
+    tokens_seen: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exported(Details):
+    """The finished model was written for its users (hf/): in Hugging Face layout, or a LoRA adapter."""
+
+    KIND = Kind.EXPORTED
+    path: str
+    checkpoint: str
+    dtype: str
+    files: int
+    seconds: float
+    format: str = "hf"
+    """hf: a whole model; peft: a LoRA run's adapter."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Requeue(Details):
+    """The job requeued itself (one task, by claim)."""
+
+    KIND = Kind.REQUEUE
+    reason: str
+    ok: bool
+    error: str | None = None
+    exclude: list[str] | None = None
+    """ExcNodeList set on the requeued job."""
+    exclude_ok: bool | None = None
+    exclude_error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestartInAllocation(Details):
+    """The job restarted training inside its allocation (a new job step), without the queue. The
+    driver writes it once the new start took its first step (or ended without one), under the new
+    start's attempt key; its step is the last one the previous start reached."""
+
+    KIND = Kind.RESTART_IN_ALLOCATION
+    cause: str
+    """Why: the recovery decision's reason; for a grow back, the nodes back in service."""
+    placement: str
+    """Where it restarts: on a spare, on fewer nodes, in place, on more nodes again."""
+    replaced: list[str]
+    """Nodes taken out of the run."""
+    added: list[str]
+    """Spare nodes brought in (for a grow back: the nodes returned to service)."""
+    latency_s: float | None = None
+    """Seconds from the failure (a grow back: the driver's stop) to the new start's first step
+    (None: it never took one)."""
+    move: str | None = None
+    """spare (a spare replaced a failed node), in place (no node was at fault), shrink (fewer
+    nodes than cluster.nodes), grow (a shrunk run back on more nodes, at a checkpoint, after
+    failed nodes were returned to service)."""
+    nodes: list[str] | None = None
+    """The nodes the new start runs on."""
+    failed_at: str | None = None
+    """UTC time the driver learned of the failure (srun's first report, or the step's end), or
+    stopped the step to grow back."""
+    process_s: float | None = None
+    """Seconds from the failure (or the stop) to the new start's first process."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeUnhealthy(Details):
+    KIND = Kind.NODE_UNHEALTHY
+    bad_node: str
+    action: str
+    xid: int | None
+    reason: str
+    notes: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankExit(Details):
+    """A local rank exited abnormally (the local launcher writes it)."""
+
+    KIND = Kind.RANK_EXIT
+    failed_rank: int
+    returncode: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RanksKilled(Details):
+    KIND = Kind.RANKS_KILLED
+    ranks: list[int]
+    reason: str

@@ -1,0 +1,84 @@
+"""`entry=MODULE:FUNCTION`: a user's own training function, run as a rank of the run.
+
+The launcher, the Slurm task and the driver run it exactly where they would run the built-in
+trainer, so it gets the same signals, requeue, in-allocation restarts, health watch and exclude
+list. The function receives the composed config (a DictConfig: the project's keys and the user's
+own side by side) and makes a `Session`, which takes this rank's context from here. torchrun-style
+variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) are set for a loop that makes its
+own process group with `init_process_group()`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from resilient_slurm.config import Config, to_dict
+from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.runtime.distributed import RankInfo
+from resilient_slurm.runtime.session import RUN_DIR_ENV, InputError, RankContext, RunOutcome, launched
+from resilient_slurm.runtime.signals import StopRequest
+
+
+def resolve(spec: str) -> Callable[[DictConfig], Any]:
+    """`my_pkg.train:main` -> the function; InputError naming what is missing otherwise."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise InputError(f"entry: {spec!r} is not MODULE:FUNCTION; write it like entry=my_pkg.train:main")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise InputError(f"entry: cannot import {module_name!r} ({e}); install it or put it on PYTHONPATH") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise InputError(f"entry: {module_name} has no function {attr!r}; name one it defines")
+    return fn
+
+
+def user_config(cfg: Config) -> DictConfig:
+    """What the function gets: the project's sections and the user's own keys at the top level, as
+    Hydra composed them."""
+    ours = to_dict(cfg)
+    theirs = ours.pop("user")
+    composed = OmegaConf.create({**ours, **theirs})
+    assert isinstance(composed, DictConfig)
+    return composed
+
+
+def run_entry(cfg: Config, run_dir: Path, info: RankInfo, context: dict[str, Any], stop: StopRequest,
+              on_hang: Callable[[int, str], None] | None) -> RunOutcome:
+    """Call the function with this rank's context installed; how its session ended, else how the
+    function did. Bad input (and an entry that cannot be imported) ends with exit status 2."""
+    fn = resolve(cfg.entry)
+    port = info.master_port or _free_port()
+    os.environ.update(RANK=str(info.rank), WORLD_SIZE=str(info.world_size), LOCAL_RANK=str(info.local_rank),
+                      MASTER_ADDR=info.master_addr, MASTER_PORT=str(port), **{RUN_DIR_ENV: str(run_dir)})
+    os.environ.setdefault("LOCAL_WORLD_SIZE", str(info.world_size))
+    ctx = RankContext(cfg, run_dir, RankInfo(info.rank, info.world_size, info.local_rank, info.master_addr, port,
+                                             info.node), stop, context, on_hang)
+    code: int = ExitCode.DONE
+    with launched(ctx):
+        try:
+            fn(user_config(cfg))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else ExitCode.FAILED
+        except Exception:
+            if not ctx.outcomes:
+                raise  # it failed before its session: the caller records it
+    if ctx.outcomes:
+        return ctx.outcomes[0]
+    known = code in {int(c) for c in ExitCode}
+    return RunOutcome(ExitCode(code) if known else ExitCode.FAILED, None,
+                      error=None if code == ExitCode.DONE else f"entry {cfg.entry} exited with {code}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

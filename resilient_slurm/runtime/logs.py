@@ -1,0 +1,38 @@
+"""Each rank's log: `logs/rank-N.log` in the run directory, and rank 0's lines on stdout too."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from resilient_slurm.rundir import RunDir
+
+log = logging.getLogger("resilient_slurm")
+
+
+def setup_logging(run_dir: Path, rank: int) -> None:
+    logs = RunDir(run_dir).logs
+    logs.mkdir(parents=True, exist_ok=True)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    for h in list(log.handlers):
+        log.removeHandler(h)
+    fmt = logging.Formatter("%(asctime)s [rank %(rank)s] %(message)s", "%H:%M:%S")
+    handlers: list[logging.Handler] = [logging.FileHandler(logs / f"rank-{rank}.log")]
+    if rank == 0:
+        handlers.append(logging.StreamHandler(sys.stdout))
+    for h in handlers:
+        h.setFormatter(fmt)
+        h.addFilter(_RankFilter(rank))
+        log.addHandler(h)
+
+
+class _RankFilter(logging.Filter):
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank = self.rank
+        return True

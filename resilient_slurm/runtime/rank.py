@@ -1,0 +1,119 @@
+"""One rank's life in a run, whoever trains: the built-in trainer, or a user's `entry=` function.
+
+The same function runs in-process (`cluster=local`, one rank), in each process of a local
+multi-rank run (`python -m resilient_slurm.runtime.rank RUN_DIR`), and inside Slurm tasks; it
+ends with a status that says what next (`exit_codes.ExitCode`), and never lets an exception out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from resilient_slurm import ledger
+from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.config import Config
+from resilient_slurm.ledger import EventLog
+from resilient_slurm.rundir import RunDir
+from resilient_slurm.rundir.identity import load_config
+from resilient_slurm.runtime.distributed import Comm, RankInfo
+from resilient_slurm.runtime.logs import setup_logging
+from resilient_slurm.runtime.session import InputError, RunOutcome
+from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
+from resilient_slurm.runtime.threads import rank_threads
+
+log = logging.getLogger("resilient_slurm")
+
+
+def run(
+    cfg: Config, run_dir: Path, info: RankInfo | None = None, context: dict[str, Any] | None = None,
+    stop: StopRequest | None = None, on_hang: Callable[[int, str], None] | None = None,
+) -> RunOutcome:
+    """Run rank `info` (default: from the environment) of the run in `run_dir`.
+
+    `context` is stamped on every event this rank writes (job id, restart count, node); `stop` is
+    the stop request already receiving signals, if the caller installed the handlers earlier;
+    `on_hang(step, reason)` runs when the watchdog finds the loop stuck, just before the process
+    ends (a Slurm task requeues the job there).
+    """
+    stop = stop or install_stop_handlers()
+    info = info or RankInfo.from_env()
+    if cfg.train.deterministic:
+        # cuBLAS is only deterministic with a fixed workspace, and torch refuses it in deterministic
+        # mode without one; set before the first matmul creates the handle. No effect on the CPU.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    events = EventLog(RunDir(run_dir).events, rank=info.rank, context=context)
+    setup_logging(run_dir, info.rank)
+    threads = rank_threads(cfg.train.threads, int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size)))
+    torch.set_num_threads(threads)
+    if info.rank == 0:
+        log.info("%d CPU thread(s) per rank (train.threads=%d; OMP_WAIT_POLICY=%s)", threads, cfg.train.threads,
+                 os.environ.get("OMP_WAIT_POLICY", "unset"))
+    try:
+        if cfg.entry:
+            from resilient_slurm.runtime.entry import run_entry
+
+            return run_entry(cfg, run_dir, info, context or {}, stop, on_hang)
+        return _train(cfg, run_dir, info, events, stop, on_hang)
+    except InputError as e:
+        error = f"{type(e).__name__}: {e}"
+        events.emit(ledger.Crash(error=error, traceback=""), None)
+        if info.rank == 0:
+            print(f"resilient_slurm: {e}", file=sys.stderr, flush=True)
+        return RunOutcome(ExitCode.CONFIG, None, error=error)
+    except Exception as e:  # noqa: BLE001 - recorded in the ledger, then reported by exit status
+        error = f"{type(e).__name__}: {e}"
+        events.emit(ledger.Crash(error=error, traceback=traceback.format_exc(limit=8)), None)
+        log.exception("rank %d crashed", info.rank)
+        return RunOutcome(ExitCode.FAILED, None, error=error)
+
+
+def _train(cfg: Config, run_dir: Path, info: RankInfo, events: EventLog, stop: StopRequest,
+           on_hang: Callable[[int, str], None] | None) -> RunOutcome:
+    """The built-in trainer; a crash is recorded at the step it happened."""
+    from resilient_slurm.runtime.trainer import Trainer
+
+    comm: Comm | None = None
+    trainer: Trainer | None = None
+    code = ExitCode.FAILED
+    try:
+        comm = Comm(info, cfg.cluster.backend, cfg.cluster.collective_timeout_s)
+        trainer = Trainer(cfg, run_dir, comm, events, stop, on_hang)
+        code = trainer.run()
+        return RunOutcome(code, trainer.step, stop.signal_name if code == ExitCode.RESUME else None,
+                          error=trainer.gave_up)
+    except InputError:
+        code = ExitCode.CONFIG
+        raise
+    except Exception as e:  # noqa: BLE001 - recorded with its step, then reported by exit status
+        if trainer is None:
+            raise
+        error = f"{type(e).__name__}: {e}"
+        events.emit(ledger.Crash(error=error, traceback=traceback.format_exc(limit=8)), trainer.step)
+        log.exception("rank %d crashed", info.rank)
+        return RunOutcome(ExitCode.FAILED, trainer.step, error=error)
+    finally:
+        if trainer is not None:
+            trainer.session.close(code)
+        if comm is not None:
+            comm.close()
+
+
+def main(argv: list[str]) -> int:
+    """`python -m resilient_slurm.runtime.rank RUN_DIR`: one rank of an already-prepared run."""
+    if len(argv) != 1:
+        print("usage: python -m resilient_slurm.runtime.rank RUN_DIR", file=sys.stderr)
+        return ExitCode.CONFIG
+    run_dir = Path(argv[0])
+    return int(run(load_config(run_dir), run_dir).code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,325 @@
+"""The built-in trainer: the project's model on chat data, the `Session`'s first user.
+
+It adds what a session does not know: the data and its exact position, the model and optimizer it
+builds, the step (`StepRunner`) redone at a smaller micro-batch after running out of device memory,
+the monitor's findings (a rollback past a NaN or a spike, a give-up), evaluation, a pause for a
+search, and the finished model in `hf/`. Everything that keeps the run alive (the agreed stop,
+saves, resume, ledger, metrics, tracker, watchdog) is the session's.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from resilient_slurm import ledger
+from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.train_state import TrainState
+from resilient_slurm.config import Config
+from resilient_slurm.data.batches import Batch, PackedBatchSampler
+from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.export.from_checkpoint import export_checkpoint
+from resilient_slurm.ledger import EventLog, read_events
+from resilient_slurm.model.decoder import num_parameters
+from resilient_slurm.monitor.detectors import Finding, Monitor, Observation
+from resilient_slurm.recovery import Action, micro_batch_after, on_findings, on_out_of_memory
+from resilient_slurm.runtime import build
+from resilient_slurm.runtime.distributed import Comm
+from resilient_slurm.runtime.evaluation import Evaluator
+from resilient_slurm.runtime.faults import FaultInjector
+from resilient_slurm.runtime.oom import StepOutOfMemory, rss_bytes
+from resilient_slurm.runtime.optim import apply_hyperparameters, build_optimizer, build_scheduler
+from resilient_slurm.runtime.session import Session, StepSync
+from resilient_slurm.runtime.signals import StopRequest
+from resilient_slurm.runtime.step import StepResult, StepRunner
+from resilient_slurm.tracking import Table
+
+log = logging.getLogger("resilient_slurm")
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """How a step ended, when it did not simply go on: the run's exit status, or a rollback."""
+
+    code: ExitCode | None = None
+    rolled_back: bool = False
+
+
+class Trainer:
+    def __init__(self, cfg: Config, run_dir: Path, comm: Comm, events: EventLog, stop: StopRequest,
+                 on_hang: Any) -> None:
+        self.cfg, self.run_dir, self.comm, self.events = cfg, run_dir, comm, events
+        t = cfg.train
+        torch.use_deterministic_algorithms(t.deterministic)
+        self.data = build.open_data(cfg, run_dir, comm)
+        self.model = build.build_model(cfg, comm)
+        self.base = build.base_model(cfg)
+        """A LoRA run's base model (path, identity): recorded in its checkpoints, checked on resume."""
+        self.optimizer = build_optimizer(self.model, cfg.optim)
+        self.scheduler = build_scheduler(self.optimizer, cfg.optim, t.max_steps)
+        self.runner = StepRunner(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip)
+        self.sampler = PackedBatchSampler(self.data.train, cfg.data, t.seed, comm.rank, comm.world_size)
+        self.session = Session(cfg, run_dir, comm, stop, events, model=self.model, optimizer=self.optimizer,
+                               scheduler=self.scheduler, train_fields=self._train_fields,
+                               refusal=lambda ts: build.resume_refusal(ts, cfg, self.base),
+                               reinitialise=self._reinitialise, on_hang=on_hang)
+        history = read_events(self.session.paths.events)
+        self.rollbacks = len(ledger.select(history, ledger.Rollback))
+        # A micro-batch lowered after running out of memory holds for the rest of the run.
+        self.sampler.set_micro_batch_size(micro_batch_after(history, cfg.data.micro_batch_size,
+                                                            self.sampler.rows_per_rank))
+        self.faults = FaultInjector(cfg.fault, comm.rank, hung_before=bool(ledger.select(history, ledger.Hang)),
+                                    configured_micro_batch=cfg.data.micro_batch_size)
+        self.faults.attach(self.model)
+        self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
+        self.evaluator = Evaluator(cfg, self.model, comm, self.data, self.sampler.micro_batch_size)
+        self.gave_up: str | None = None
+
+    @property
+    def step(self) -> int:
+        return self.session.progress.step
+
+    def run(self) -> ExitCode:
+        cfg, comm, s = self.cfg, self.comm, self.session
+        if comm.rank == 0:
+            self._describe()
+        s.start(data=self.data.fingerprint.to_record())
+        if comm.rank == 0:
+            stats = self.data.stats
+            self.events.emit(ledger.DataReady(
+                digest=self.data.fingerprint.digest, files=len(self.data.fingerprint.files), rows=self.data.train.num_rows,
+                val_rows=self.data.val.num_rows, cache_hit=stats.cache_hit, seconds=round(stats.seconds, 3),
+                counts=stats.to_dict()), 0)
+        restored = s.resume()
+        if restored is not None:
+            self._restore(restored)
+        while self.step < cfg.train.max_steps:
+            if 0 < cfg.train.pause_at_step <= self.step:
+                return self._pause()
+            outcome = self._step()
+            if outcome.code is not None:
+                return outcome.code
+        s.finish(with_final=self._export)
+        return ExitCode.DONE
+
+    def _describe(self) -> None:
+        cfg, s = self.cfg, self.sampler
+        log.info("model %s: %.2fM parameters (%.3gM trained), %d rank(s), global batch %d x %d tokens, "
+                 "micro-batch %d%s", cfg.model.name, num_parameters(self.model) / 1e6,
+                 sum(p.numel() for p in self.model.parameters() if p.requires_grad) / 1e6, self.comm.world_size,
+                 cfg.data.global_batch_size, cfg.data.seq_len, s.micro_batch_size,
+                 "" if s.micro_batch_size == cfg.data.micro_batch_size else
+                 f" (data.micro_batch_size={cfg.data.micro_batch_size} ran out of memory earlier in the run)")
+
+    def _step(self) -> StepOutcome:
+        """One step, then its consequences in order: anomaly, stop request, save policy."""
+        cfg, s = self.cfg, self.session
+        step = self.step + 1
+        start = time.perf_counter()
+        position = self.sampler.state.samples_consumed
+        batch = self.sampler.next_batch()
+        wait = time.perf_counter() - start
+        self.faults.before_step(step, self.sampler.micro_batch_size)
+        poison = self.faults.poisons(step, position, cfg.data.global_batch_size)
+        before_train = time.perf_counter()
+        result = self._train(step, position, batch, poison)
+        if result is None:
+            return StepOutcome(ExitCode.GAVE_UP)
+        step_s = time.perf_counter() - start
+        synced = s.sync(step, before_train - start + result.compute_s, wait)
+        s.advance(step, result.tokens, step_s)
+        self._log(step, result, step_s, wait)
+        s.commit()  # a background save may have committed since the last step
+        if self.monitor:
+            outcome = self._judge(self._observe(step, result, step_s, synced))
+            if outcome.code is not None or outcome.rolled_back:
+                return outcome
+        if s.after_step(step, synced, last_step=cfg.train.max_steps):
+            return StepOutcome(ExitCode.RESUME)
+        return StepOutcome()
+
+    def _observe(self, step: int, result: StepResult, step_s: float, synced: StepSync) -> list[Finding]:
+        assert self.monitor is not None
+        every = self.cfg.monitor.rss_every_steps
+        return self.monitor.observe(Observation(
+            step, result.loss, result.grad_norm, result.tokens / step_s, self.cfg.data.global_batch_size / step_s,
+            synced.compute_s, synced.wait_s, dict(self.session.gpu.latest),
+            rss_bytes() / 2**20 if every and step % every == 0 else None))
+
+    def _train(self, step: int, position: int, batch: list[Batch], poison: bool) -> StepResult | None:
+        """The step; redone from the same rows at a smaller micro-batch while it runs out of device
+        memory and a smaller one can help. None: it cannot, and the run gives up."""
+        while True:
+            try:
+                return self.runner.step(batch, poison=poison)
+            except StepOutOfMemory as oom:
+                if not self._out_of_memory(step, oom):
+                    return None
+            batch = self.sampler.batch_at(position)
+
+    def _out_of_memory(self, step: int, oom: StepOutOfMemory) -> bool:
+        """Every rank agreed the step ran out of memory: lower the micro-batch (True), or give up."""
+        cfg, s = self.cfg, self.sampler
+        old = s.micro_batch_size
+        decision = on_out_of_memory(oom.phase, old, s.rows_per_rank, cfg.model.activation_checkpointing)
+        error = oom.errors[0] if oom.errors else ""
+        if decision.action is Action.RETRY and decision.micro_batch is not None:
+            s.set_micro_batch_size(decision.micro_batch)
+            self.evaluator = Evaluator(cfg, self.model, self.comm, self.data, s.micro_batch_size)
+            if self.comm.rank == 0:
+                self.events.emit(ledger.OomRetry(
+                    ranks=oom.ranks, error=error, old_micro_batch=old, new_micro_batch=s.micro_batch_size,
+                    configured_micro_batch=cfg.data.micro_batch_size, accumulation=s.accumulation, memory=oom.memory,
+                ), step)
+                log.warning("step %d: %s", step, decision.reason)
+            return True
+        self.gave_up = decision.reason
+        if self.comm.rank == 0:
+            self.events.emit(ledger.OutOfMemory(phase=oom.phase, ranks=oom.ranks, error=error, micro_batch=old,
+                                                memory=oom.memory, reason=decision.reason), step)
+            self.events.emit(ledger.GaveUp(reason=decision.reason), step)
+            log.error("giving up at step %d: %s (%s)", step, decision.reason, error)
+        return False
+
+    def _judge(self, findings: list[Finding]) -> StepOutcome:
+        """Record each finding; roll back, stop, or carry on. Only global signals (loss, gradient
+        norm) may act, so every rank reaches the same decision without talking."""
+        if not findings:
+            return StepOutcome()
+        step = self.step
+        decision = on_findings((f.kind for f in findings), self.cfg.monitor.rollback_on, self.rollbacks,
+                               self.cfg.monitor.max_rollbacks)
+        for f in findings:
+            # A rank's own measurements (GPU, memory) each rank records; the rest, the same everywhere, rank 0.
+            if self.comm.rank == 0 or f.local:
+                acts = f.kind in self.cfg.monitor.rollback_on
+                self.events.emit(ledger.Anomaly(kind=f.kind, message=f.message, evidence=f.evidence,
+                                                action=decision.action if acts else Action.REPORT), step)
+        if decision.action is Action.ROLLBACK:
+            self._rollback(step, decision.reason)
+            return StepOutcome(rolled_back=True)
+        if decision.action is Action.GIVE_UP:
+            self.gave_up = decision.reason
+            if self.comm.rank == 0:
+                self.events.emit(ledger.GaveUp(reason=decision.reason), step)
+                log.error("giving up: %s", decision.reason)
+            return StepOutcome(ExitCode.GAVE_UP)
+        return StepOutcome()
+
+    def _rollback(self, anomaly_step: int, reason: str) -> None:
+        """Back to the newest checkpoint before the anomaly, past the data window that led to it."""
+        cfg, comm, s = self.cfg, self.comm, self.session
+        restored = s.load_newest(before_step=anomaly_step)
+        if restored is None:
+            s.progress.step = s.progress.tokens_seen = 0
+            s.progress.train_seconds = 0.0
+            self.sampler.state.samples_consumed = 0
+        else:
+            s.progress.step = restored.train_state.step
+            s.progress.tokens_seen, s.progress.train_seconds = restored.train_state.tokens_seen, \
+                restored.train_state.train_seconds
+            self._restore(restored.train_state)
+        checkpoint = str(restored.path) if restored else None
+        self.rollbacks += 1
+        g = cfg.data.global_batch_size
+        restored_step = self.step
+        skip = max(cfg.monitor.rollback_skip_batches, anomaly_step - restored_step)
+        first = self.sampler.state.samples_consumed
+        self.sampler.state.samples_consumed = first + skip * g
+        if cfg.monitor.rollback_lr_factor != 1.0:
+            # The scheduler's base LRs are saved with every checkpoint, so the lower LR persists.
+            self.scheduler.base_lrs = [lr * cfg.monitor.rollback_lr_factor for lr in self.scheduler.base_lrs]
+            for group in self.optimizer.param_groups:
+                group["lr"] *= cfg.monitor.rollback_lr_factor
+        s.rewind(restored_step)
+        if comm.rank == 0:
+            self.events.emit(ledger.Rollback(
+                reason=reason, anomaly_step=anomaly_step, checkpoint=checkpoint,
+                skipped_batches=skip, skipped_positions=[first, first + skip * g],
+                skipped_samples=self.sampler.stream.indices(first, skip * g), lr_scale=cfg.monitor.rollback_lr_factor,
+            ), restored_step)
+            log.warning("rolled back from step %d to %d, skipping %d batches: %s", anomaly_step, restored_step,
+                        skip, reason)
+
+    def _reinitialise(self) -> None:
+        """What a fresh start has, after a damaged checkpoint was partly read into the state."""
+        build.fill_initial(self.model, self.cfg)
+        self.optimizer.state.clear()
+        self.scheduler.load_state_dict(
+            build_scheduler(self.optimizer, self.cfg.optim, self.cfg.train.max_steps).state_dict())
+
+    def _restore(self, ts: TrainState) -> None:
+        self.sampler.state.samples_consumed = ts.samples_consumed or 0
+        if ts.config_hash != self.session.identity["config_hash"]:
+            # Saved before a recorded config change (launch.prepare.AllowedChange), or by another run (a PBT
+            # member's copied checkpoint): the run's own hyperparameters win over the restored ones.
+            apply_hyperparameters(self.optimizer, self.scheduler, self.cfg.optim)
+
+    def _train_fields(self) -> dict[str, Any]:
+        """What train_state.json holds of this trainer: the data position and the batch it was cut into."""
+        fields: dict[str, Any] = {
+            "epoch": self.sampler.epoch, "samples_consumed": self.sampler.state.samples_consumed,
+            "global_batch_size": self.cfg.data.global_batch_size, "micro_batch_size": self.sampler.micro_batch_size,
+        }
+        lora = build.lora_record(self.cfg)
+        if lora is not None:
+            fields.update(lora=lora, base_model=self.base)
+        return fields
+
+    def _log(self, step: int, r: StepResult, step_s: float, wait_s: float) -> None:
+        row = {
+            "epoch": self.sampler.epoch, "loss": r.loss, "lr": r.lr, "grad_norm": r.grad_norm,
+            "tokens": r.tokens, "tokens_per_s": r.tokens / step_s,
+            "samples_per_s": self.cfg.data.global_batch_size / step_s, "step_seconds": step_s,
+            "data_wait_s": wait_s, **{f"gpu_{k}": v for k, v in self.session.gpu.latest.items()},
+        }
+        if self.evaluator.due(step):
+            row.update(self._evaluate(step))
+        self.session.log(step, row)
+        if self.comm.rank == 0 and (step % self.cfg.train.log_every_steps == 0 or step == 1):
+            log.info("step %d/%d | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s",
+                     step, self.cfg.train.max_steps, r.loss, r.lr, r.grad_norm, r.tokens / step_s)
+
+    def _evaluate(self, step: int) -> dict[str, Any]:
+        """Every rank evaluates its share; rank 0 gets the totals and the sample predictions."""
+        result = self.evaluator.run()
+        for metric, predictions in result.predictions.items():
+            self.session.tracker.log(step, {f"eval/{metric}_predictions": Table(
+                ["step", "prompt", "target", "prediction", "correct"],
+                [[step, q.prompt, q.target, q.prediction, q.correct] for q in predictions],
+            )})
+        if self.comm.rank == 0:
+            log.info("eval at step %d | val loss %.4f | %s | %.1f s", step, result.val_loss,
+                     " | ".join(f"{k} {v:.3f}" for k, v in result.task.items()), result.seconds)
+        return {"val_loss": result.val_loss, **result.task, "eval_seconds": result.seconds}
+
+    def _export(self) -> None:
+        """Rank 0 writes the finished model to `hf/` from the final checkpoint, streaming: in Hugging
+        Face layout (bf16), or a LoRA run's PEFT adapter (fp32); a finish that runs again replaces it."""
+        path = self.session.checkpointer.root / layout.step_dir_name(self.step)
+        if self.comm.rank != 0 or not (path / layout.MANIFEST).is_file():
+            return
+        out = self.session.paths.hf
+        start = time.perf_counter()
+        shutil.rmtree(out, ignore_errors=True)
+        written = export_checkpoint(path, out, self.cfg, io_threads=self.cfg.checkpoint.io_threads)
+        self.events.emit(ledger.Exported(path=str(out), checkpoint=str(path), dtype=written.dtype, files=written.files,
+                                         seconds=round(time.perf_counter() - start, 3), format=written.format),
+                         self.step)
+        log.info("exported the %s to %s", "LoRA adapter" if written.format == "peft" else "model", out)
+
+    def _pause(self) -> ExitCode:
+        """`train.pause_at_step`: save (synchronously), record it and end the attempt; launching the
+        run again resumes here. A search pauses trials this way (ASHA rungs, PBT generations)."""
+        step, s = self.step, self.session
+        s.save(step, "pause")
+        if self.comm.rank == 0:
+            self.events.emit(ledger.Paused(saved=s.checkpointer.committed_step == step), step)
+            log.info("paused at step %d (train.pause_at_step); launch again to continue", step)
+        return ExitCode.RESUME

@@ -1,0 +1,11 @@
+"""What watches the ranks of a run from outside the training loop, and restarts them.
+
+Modules, in the order a run meets them:
+    local         cluster=local: the job in-process, or one process per rank, signals forwarded, a
+                  dead rank's peers killed after a grace period
+    task          one Slurm task's life: rank setup → the training job → the recovery decision → requeue
+    health_watch  the job's own node-health checks (preflight and periodic), off the loop
+    driver        with spare nodes or elastic shrinking: runs training as job steps, restarts it
+                  inside the allocation after a failure, requeues when it cannot, grows a shrunk
+                  run back at a checkpoint onto nodes returned to service
+"""

@@ -1,0 +1,128 @@
+"""`cluster=local`: run the job on this machine, in-process for one rank, as N processes otherwise.
+
+The launcher passes stop signals on to every rank, and makes sure a rank that dies does not leave
+the others blocked in a collective: once any rank has exited, the rest get `kill_grace_s` to
+follow before they are killed. Ranks die with the launcher (PR_SET_PDEATHSIG), so a SIGKILL of
+the launcher never leaves orphans holding memory. A rank the kernel's OOM killer took is recorded
+as `host_oom`, with the kernel-log line or cgroup counter that shows it (health/oom_kill.py).
+
+`python -m resilient_slurm.supervise.local RUN_DIR` runs an already-prepared run directory (a
+search's local trials: the controller prepares the directory, this runs it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from resilient_slurm.rundir import RunDir
+from resilient_slurm.config import Config
+from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.health.oom_kill import judge_exit
+from resilient_slurm.health.oom_watch import OomWatch, memory_cgroup_dirs
+from resilient_slurm.ledger import EventLog, HostOom, RankExit, RanksKilled
+from resilient_slurm.runtime.rank import run as run_rank
+from resilient_slurm.runtime.distributed import RankInfo
+from resilient_slurm.runtime.signals import STOP_SIGNALS, forward_signals
+
+_PR_SET_PDEATHSIG = 1
+
+
+def run_local(cfg: Config, run_dir: Path) -> int:
+    n = cfg.cluster.ranks
+    if n == 1:
+        return int(run_rank(cfg, run_dir, RankInfo(0, 1, 0, "127.0.0.1", 0)).code)
+    port = _free_port()
+    # Started before the ranks: only OOM kills after this count. Ranks start in this cgroup.
+    kernel_log = cfg.health.kernel_log.replace("%n", os.uname().nodename) if cfg.health.kernel_log else None
+    watch = OomWatch(memory_cgroup_dirs(), kernel_log)
+    procs = []
+    for rank in range(n):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, "-m", "resilient_slurm.runtime.rank", str(run_dir)], env=env,
+                                      preexec_fn=_die_with_parent))
+    forward_signals(STOP_SIGNALS, lambda signum: _signal_all(procs, signum))
+    try:
+        codes = _supervise(procs, cfg.cluster.kill_grace_s, EventLog(RunDir(run_dir).events, rank=-1), watch)
+    except KeyboardInterrupt:
+        _signal_all(procs, signal.SIGKILL)
+        return 130
+    return combine_exit_codes(codes)
+
+
+def combine_exit_codes(codes: list[int]) -> int:
+    """One status for the run: any crash wins, then a stop-to-resume, else done; every rank
+    refusing its config, or giving up together, says so. Pure."""
+    if any(c not in (ExitCode.DONE, ExitCode.RESUME) for c in codes):
+        for agreed in (ExitCode.CONFIG, ExitCode.GAVE_UP):
+            if all(c == agreed for c in codes):
+                return agreed
+        return ExitCode.FAILED
+    return ExitCode.RESUME if ExitCode.RESUME in codes else ExitCode.DONE
+
+
+def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, watch: OomWatch) -> list[int]:
+    deadline: float | None = None
+    reported: set[int] = set()
+    killed: set[int] = set()  # ranks this launcher SIGKILLed itself: no OOM killer took them
+    while True:
+        codes = [p.poll() for p in procs]
+        for rank, code in enumerate(codes):
+            if code is not None and code not in (ExitCode.DONE, ExitCode.RESUME) and rank not in reported:
+                reported.add(rank)
+                events.emit(RankExit(failed_rank=rank, returncode=code), None)
+                verdict = None if rank in killed else \
+                    judge_exit(code, procs[rank].pid, watch.kills(), watch.before, watch.counters())
+                if verdict:
+                    events.emit(HostOom(killed_rank=rank, pid=verdict.pid, source=verdict.source,
+                                        evidence=verdict.evidence), None)
+        if all(c is not None for c in codes):
+            return [c for c in codes if c is not None]
+        if any(c is not None for c in codes) and deadline is None:
+            deadline = time.monotonic() + grace_s
+        if deadline is not None and time.monotonic() > deadline:
+            stuck = [r for r, c in enumerate(codes) if c is None]
+            events.emit(RanksKilled(ranks=stuck, reason=f"still running {grace_s:.0f}s after another rank exited"), None)
+            _signal_all(procs, signal.SIGKILL)
+            killed.update(stuck)
+            deadline = float("inf")
+        time.sleep(0.1)
+
+
+def _signal_all(procs: list[subprocess.Popen], signum: int) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signum)
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str]) -> int:
+    """`python -m resilient_slurm.supervise.local RUN_DIR`: run a prepared run directory here."""
+    from resilient_slurm.rundir.identity import load_config
+
+    if len(argv) != 1:
+        print("usage: python -m resilient_slurm.supervise.local RUN_DIR", file=sys.stderr)
+        return ExitCode.CONFIG
+    run_dir = Path(argv[0])
+    return run_local(load_config(run_dir), run_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
