@@ -15,7 +15,7 @@ Floors, from the ground up; a module imports only from its own floor or the ones
     analysis/    readers: goodput, report, compare, plots
     checkpoint/  atomic sharded checkpoints, tiers, resume, verify
     model/       the decoder, pretrained weights, LoRA, FSDP2
-    data/        tokenizers, packed rows, the exact-position sampler; chat/
+    data/        tokenizers, packed rows, the exact-position sampler; chat/, tokens/ (pretraining)
     export/      a checkpoint as a Hugging Face (or PEFT) directory
     runtime/     one rank's training loop: step, optimizer, evaluation, signals, watchdog
     supervise/   what watches ranks from outside: the local launcher, Slurm task and driver

@@ -42,12 +42,12 @@ from resilient_slurm.config.compose import (
     to_config,
     to_dict,
 )
-from resilient_slurm.config.data import LOSS_MODES, DataConfig
+from resilient_slurm.config.data import LOSS_MODES, DataConfig, SourceConfig
 from resilient_slurm.config.faults import FaultConfig
 from resilient_slurm.config.model import DTYPES, LORA_TARGETS, LoRAConfig, ModelConfig
 from resilient_slurm.config.monitor import FINDINGS, HealthConfig, MonitorConfig
 from resilient_slurm.config.run import RunConfig
-from resilient_slurm.config.schema import PLACEMENT_PREFIXES, Config, validate
+from resilient_slurm.config.schema import PLACEMENT_PREFIXES, Config, train_steps, validate
 from resilient_slurm.config.sweep import PRUNERS, SAMPLERS, SCHEDULERS, SweepConfig
 from resilient_slurm.config.tracking import TRACKING_BACKENDS, TRACKING_MODES, EvalConfig, TrackingConfig
 from resilient_slurm.config.train import OptimConfig, TrainConfig
@@ -57,7 +57,7 @@ __all__ = [
     "TRACKING_BACKENDS",
     "TRACKING_MODES", "Adjustment", "CheckpointConfig", "ClusterConfig", "ColdTierConfig", "Config", "ConfigError",
     "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "HealthConfig", "LoRAConfig", "ModelConfig",
-    "MonitorConfig", "OptimConfig", "RunConfig", "SweepConfig", "TrackingConfig", "TrainConfig", "driven",
-    "explicit_keys", "fit_warmup", "flatten", "min_nodes", "register_schema", "to_config", "to_dict", "validate",
+    "MonitorConfig", "OptimConfig", "RunConfig", "SourceConfig", "SweepConfig", "TrackingConfig", "TrainConfig", "driven",
+    "explicit_keys", "fit_warmup", "flatten", "min_nodes", "register_schema", "to_config", "to_dict", "train_steps", "validate",
     "world_size",
 ]

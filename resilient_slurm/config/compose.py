@@ -12,7 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from resilient_slurm.config.checks import ConfigError, flatten
 from resilient_slurm.config.model import ModelConfig
-from resilient_slurm.config.schema import Config, validate
+from resilient_slurm.config.schema import Config, budget, train_steps, validate
 
 
 def register_schema() -> None:
@@ -93,13 +93,13 @@ def fit_warmup(cfg: Config, explicit: set[str]) -> Adjustment | None:
     """A warmup the user did not choose that does not fit a short run (a smoke run of a recipe with
     `train.max_steps=20`) is cut to a tenth of the run. A warmup set on the command line is the
     user's: validation still refuses it if it does not fit."""
-    o, t = cfg.optim, cfg.train
-    if "optim.warmup_steps" in explicit or t.max_steps < 1 or o.warmup_steps < t.max_steps:
+    o, steps = cfg.optim, train_steps(cfg)
+    if "optim.warmup_steps" in explicit or steps < 1 or o.warmup_steps < steps:
         return None
     old = o.warmup_steps
-    o.warmup_steps = t.max_steps // 10
+    o.warmup_steps = steps // 10
     return Adjustment("optim.warmup_steps", old, o.warmup_steps,
-                      f"the preset's warmup does not fit train.max_steps={t.max_steps}; set optim.warmup_steps "
+                      f"the preset's warmup does not fit {budget(cfg.train, steps)}; set optim.warmup_steps "
                       f"to choose another")
 
 

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from resilient_slurm.config.checks import Problems
+from resilient_slurm.config.checks import Problems, safe_name
 
 LOSS_MODES = ("assistant", "all", "last")
 
 
 @dataclass
+class SourceConfig:
+    """One source of a pretraining mixture (data.kind=tokens)."""
+
+    name: str = ""
+    """Its name in metrics, positions and messages: letters, digits, '.', '_', '-'."""
+    path: str = ""
+    """A Megatron .bin/.idx prefix, a token array file, a glob, or a directory of them."""
+    weight: float = 1.0
+    """Its target share of the trained tokens (weights are normalised over the sources)."""
+    dtype: str | None = None
+    """Token dtype of headerless arrays (.npy as OLMo/dolma write: uint16 or uint32); Megatron files carry theirs."""
+
+
+@dataclass
 class DataConfig:
+    kind: str = "chat"
+    """chat: conversations (data.path); tokens: pretraining on token corpora mixed by weight (data.sources)."""
     task: str = "tiny-chat"
     """Dataset name, used in generated run names."""
     path: str = "asset:tiny_chat/chat.jsonl"
@@ -39,13 +55,48 @@ class DataConfig:
     cache_dir: str = ""
     """Where tokenized data is cached (keyed by data, tokenizer and settings); empty =
     <run.root>/.cache/tokenized."""
+    sources: list[SourceConfig] = field(default_factory=list)
+    """data.kind=tokens: the mixture, [{name, path, weight}, ...]."""
+    on_exhausted: str = "repeat"
+    """A source with no unseen sequence left: repeat (a new epoch of it, in a new order) or stop the run."""
+    document_mask: bool = False
+    """Keep attention and positions inside each document of a window (else plain causal over the window)."""
+    val_sequences: int = 64
+    """Windows held out of each source for validation loss and perplexity, never trained on."""
+    phase: str = "main"
+    """Data phase: resuming with another name and new sources or weights starts a new phase at that step."""
+    index_dir: str = ""
+    """Where prepared orders are kept; empty = order-index/ beside each source's files."""
 
     def problems(self) -> list[str]:
         p = Problems()
-        p.need(bool(self.path), "data.path: empty; set data.path=FILE.jsonl (or a directory of .jsonl files)")
+        p.need(self.kind in ("chat", "tokens"), f"data.kind: {self.kind!r}; use chat or tokens")
+        p.need(self.kind == "tokens" or bool(self.path),
+               "data.path: empty; set data.path=FILE.jsonl (or a directory of .jsonl files)")
+        if self.kind == "tokens":
+            p.extend_new(self._token_problems())
         p.need(self.loss in LOSS_MODES, f"data.loss: {self.loss!r} unknown; use one of {', '.join(LOSS_MODES)}")
         p.need(self.overlong in ("truncate", "drop"), f"data.overlong: {self.overlong!r}; use truncate or drop")
         p.need(self.bad_lines in ("error", "skip"), f"data.bad_lines: {self.bad_lines!r}; use error or skip")
         p.need(self.micro_batch_size >= 1, f"data.micro_batch_size: {self.micro_batch_size}; set it to 1 or more")
         p.need(self.val_samples >= 1, f"data.val_samples: {self.val_samples}; set it to 1 or more")
+        return p
+
+    def _token_problems(self) -> list[str]:
+        p = Problems()
+        p.need(bool(self.sources), "data.sources: empty; give the mixture, "
+               "data.sources=[{name:web,path:/data/tok/web,weight:1}]")
+        for i, s in enumerate(self.sources):
+            key = f"data.sources[{s.name or i}]"
+            p.need(safe_name(s.name), f"data.sources[{i}].name: {s.name!r} is not a plain name; use letters, digits, "
+                                      "'.', '_', '-'")
+            p.need(s.weight > 0, f"{key}.weight: {s.weight}; set a weight > 0 (or remove the source)")
+            p.need(bool(s.path), f"{key}.path: empty; set it to a token prefix, file, glob or directory")
+            p.need(s.dtype in (None, "uint16", "uint32", "int32", "int64"),
+                   f"{key}.dtype: {s.dtype!r}; use uint16 or uint32 (or leave it unset)")
+        names = [s.name for s in self.sources]
+        p.need(len(set(names)) == len(names), f"data.sources: names {names} repeat; give each source its own name")
+        p.need(self.on_exhausted in ("repeat", "stop"), f"data.on_exhausted: {self.on_exhausted!r}; use repeat or stop")
+        p.need(self.val_sequences >= 0, f"data.val_sequences: {self.val_sequences}; set it >= 0")
+        p.need(safe_name(self.phase), f"data.phase: {self.phase!r} is not a plain name; use letters, digits, '.', '_', '-'")
         return p

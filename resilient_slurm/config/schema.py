@@ -71,9 +71,10 @@ def validate(cfg: Config) -> list[str]:
            f"data.global_batch_size: {d.global_batch_size} is not a multiple of micro_batch_size*ranks="
            f"{per_step}; change one of them")
     p.extend_new(o.problems())
-    p.need(0 <= o.warmup_steps < max(t.max_steps, 1) or t.max_steps == 0,
-           f"optim.warmup_steps: {o.warmup_steps} must be below train.max_steps={t.max_steps}; lower it or "
-           f"raise train.max_steps")
+    steps = train_steps(cfg)
+    p.need(0 <= o.warmup_steps < max(steps, 1) or steps == 0,
+           f"optim.warmup_steps: {o.warmup_steps} must be below {budget(t, steps)}; lower it or raise "
+           f"{'train.max_tokens' if t.max_tokens > 0 else 'train.max_steps'}")
     p.extend_new(t.problems())
     p.extend_new(cfg.checkpoint.problems())
     p.extend_new(cfg.cluster.problems())
@@ -83,6 +84,20 @@ def validate(cfg: Config) -> list[str]:
         p.extend_new(section.problems())
     p += cfg.sweep.problems(cfg.cluster.kind)
     return p
+
+
+def train_steps(cfg: Config) -> int:
+    """Optimizer steps of the run: train.max_steps, or train.max_tokens in whole global batches
+    (rounded up, so the budget is met; every step trains global_batch_size * seq_len tokens)."""
+    t, d = cfg.train, cfg.data
+    if t.max_tokens <= 0:
+        return t.max_steps
+    return -(-t.max_tokens // max(d.global_batch_size * d.seq_len, 1))
+
+
+def budget(t: TrainConfig, steps: int) -> str:
+    """The run's length as the user set it, for messages."""
+    return f"train.max_tokens={t.max_tokens} ({steps} steps)" if t.max_tokens > 0 else f"train.max_steps={steps}"
 
 
 def requirements(cfg: Config) -> list[str]:

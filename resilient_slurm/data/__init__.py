@@ -6,7 +6,10 @@ Modules, from files to batches:
     fingerprint    the data's version: size, mtime and sampled blocks of each file, cheap at any size
     packing        documents packed into rows; labels and positions of a row                    [pure]
     batches        the Batch of packed rows and the exact-position sampler over them
+    __main__       python -m resilient_slurm.data tokenize | prepare (the CPU-side steps of pretraining)
 
 Sub-packages:
     chat/          chat .jsonl → held-out split, tokenized, packed rows in a cache entry
+    tokens/        pretraining on token corpora: Megatron .bin/.idx and token arrays read in place, a
+                   weighted mixture in tokens, the order prepared ahead, the data position and phases
 """

@@ -36,6 +36,18 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 """The files a fine-tuned model's directory needs from its base to tokenize the same way."""
 
 
+ASSET_PREFIX = "asset:"
+ASSETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat", "assets")
+
+
+def resolve_path(path: str) -> str:
+    """`asset:NAME[/FILE]` is a file the package ships (resilient_slurm/data/chat/assets/); any other
+    path is returned as it is. Here, beside the tokenizer, so that resolving one needs no torch."""
+    if not path.startswith(ASSET_PREFIX):
+        return path
+    return os.path.join(ASSETS_DIR, *path[len(ASSET_PREFIX):].split("/"))
+
+
 class TokenizerError(ValueError):
     """The tokenizer directory is unusable; the message is one line naming it and the fix."""
 
@@ -43,7 +55,9 @@ class TokenizerError(ValueError):
 class ChatTokenizer:
     """Encode, decode and render chats with one model directory's tokenizer and template."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, need_template: bool = True) -> None:
+        """`need_template=False`: a base model's directory without a chat template is fine (pretraining
+        tokenizes plain text); rendering a chat then raises TokenizerError."""
         self.directory = directory
         path = os.path.join(directory, "tokenizer.json")
         if not os.path.isfile(path):
@@ -54,8 +68,8 @@ class ChatTokenizer:
         legacy = _read_json(os.path.join(directory, "special_tokens_map.json"))
         specials = {k: config.get(k) if config.get(k) is not None else legacy.get(k) for k in SPECIAL_TOKEN_KEYS}
         self.special_tokens = {k: _token_text(v) for k, v in specials.items() if v is not None}
-        source, origin = _template_source(directory, config)
-        self.template = ChatTemplate(source, origin, self.special_tokens)
+        source, origin = _template_source(directory, config, need_template)
+        self._template = ChatTemplate(source, origin, self.special_tokens) if source else None
         self.eos_ids = self._eos_ids(directory)
         pad = self.special_tokens.get("pad_token")
         pad_id = self.tokenizer.token_to_id(pad) if pad else None
@@ -82,6 +96,13 @@ class ChatTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    @property
+    def template(self) -> ChatTemplate:
+        if self._template is None:
+            _template_source(self.directory, {}, True)  # raises the error that names the fix
+        assert self._template is not None
+        return self._template
+
     def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str:
         return self.template.render(messages, add_generation_prompt)[0]
 
@@ -106,7 +127,7 @@ class ChatTokenizer:
         return tuple(ids)
 
 
-def _template_source(directory: str, config: dict[str, Any]) -> tuple[str, str]:
+def _template_source(directory: str, config: dict[str, Any], needed: bool) -> tuple[str, str]:
     jinja_path = os.path.join(directory, "chat_template.jinja")
     if os.path.isfile(jinja_path):
         with open(jinja_path, encoding="utf-8") as f:
@@ -114,6 +135,8 @@ def _template_source(directory: str, config: dict[str, Any]) -> tuple[str, str]:
     template = config.get("chat_template")
     if isinstance(template, list):
         template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+    if (not isinstance(template, str) or not template) and not needed:
+        return "", ""
     if not isinstance(template, str) or not template:
         raise TokenizerError(f"chat template: {directory} has none (no chat_template.jinja, no chat_template in "
                              "tokenizer_config.json); add one, e.g. from the instruct model's tokenizer_config.json")

@@ -27,18 +27,7 @@ from resilient_slurm.data.batches import PackedRows
 from resilient_slurm.data.chat.build import SPLITS, DataStats, build
 from resilient_slurm.data.chat.cache import cache_key, data_files, open_or_build, read_header
 from resilient_slurm.data.fingerprint import DataFingerprint, check_unchanged, fingerprint
-from resilient_slurm.data.tokenizer import ChatTokenizer
-
-ASSET_PREFIX = "asset:"
-ASSETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
-
-
-def resolve_path(path: str) -> str:
-    """`asset:NAME[/FILE]` is a file the package ships (resilient_slurm/data/chat/assets/); any other
-    path is returned as it is."""
-    if not path.startswith(ASSET_PREFIX):
-        return path
-    return os.path.join(ASSETS_DIR, *path[len(ASSET_PREFIX):].split("/"))
+from resilient_slurm.data.tokenizer import ChatTokenizer, resolve_path
 
 
 def cache_root(cfg: Config) -> str:
