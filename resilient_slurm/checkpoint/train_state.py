@@ -34,6 +34,8 @@ class TrainState:
     micro_batch_size: int | None = None
     data_state: dict[str, Any] | None = None
     """A user loop's data position, as its `state_dict()` gave it (JSON)."""
+    data: dict[str, Any] | None = None
+    """The token mixture's position: the global counter, the data phase, each source's place."""
     lora: dict[str, Any] | None = None
     """A LoRA run's adapters (rank, alpha, dropout, targets)."""
     base_model: dict[str, Any] | None = None

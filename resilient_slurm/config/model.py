@@ -48,6 +48,9 @@ class ModelConfig:
     """A Hugging Face Llama model directory (config.json, safetensors weights, tokenizer files) to
     fine-tune. Its config.json sets every dimension below at launch (none is copied by hand); the
     weights are read shard by shard, each rank only its own rows. Null: random initialisation."""
+    config: str | None = None
+    """A Hugging Face model directory (or its config.json) whose dimensions the model takes, with
+    random weights: pretraining a known architecture from scratch. Ignored with `pretrained`."""
     name: str = "llama-tiny"
     """Short model name, used in generated run names (the directory's name when `pretrained` is set)."""
     vocab_size: int = 512

@@ -62,8 +62,9 @@ def validate(cfg: Config) -> list[str]:
     p.need(d.seq_len <= m.max_seq_len,
            f"data.seq_len: {d.seq_len} exceeds model.max_seq_len={m.max_seq_len}; lower it or raise max_seq_len")
     p.extend_new(d.problems())
-    # A recipe that requires model.pretrained says so already; its tokenizer comes from there.
-    p.need(bool(d.tokenizer or m.pretrained) or "model.pretrained" in cfg.run.require,
+    # A recipe that requires its model's directory says so already; its tokenizer comes from there.
+    model_dir = m.pretrained or (m.config if d.kind == "tokens" else None)
+    p.need(bool(d.tokenizer or model_dir) or bool({"model.pretrained", "model.config"} & set(cfg.run.require)),
            "data.tokenizer: empty and model.pretrained is not set; set one of them to a Hugging Face directory "
            "with tokenizer.json and a chat template")
     per_step = d.micro_batch_size * world_size(cfg.cluster)

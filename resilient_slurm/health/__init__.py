@@ -11,7 +11,6 @@ Modules, in the order data flows:
     nvml_checks   NVML adapter (lazy) and the check_gpu_* judges
     verdict       events + GPU findings + history → Verdict                      [pure]
     node_state    per-node cursors and Xid history on local disk
-    atomic_file   atomic replace and flock for small shared files
     exclude_list  the run's exclude list on shared storage; the --exclude value
     oom_kill      OOM-kill lines and cgroup oom_kill counters → host OOM, not a node fault [pure]
     oom_watch     the kernel log since a start and a process's memory cgroup counters

@@ -30,7 +30,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 
-from resilient_slurm.health.atomic_file import locked, write_atomic
+from resilient_slurm.files import atomic_write, locked
 
 DEFAULT_TTL_S = 24 * 3600.0
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -144,4 +144,4 @@ def _write(path: str, entries: Mapping[str, ExcludeEntry]) -> None:
         e.node: {"reason": e.reason, "xid": e.xid, "job_id": e.job_id, "added_s": e.added_s, "expires_s": e.expires_s}
         for e in sorted(entries.values(), key=lambda e: e.node)
     }
-    write_atomic(path, json.dumps({"version": 1, "nodes": nodes}, indent=1).encode() + b"\n")
+    atomic_write(path, json.dumps({"version": 1, "nodes": nodes}, indent=1).encode() + b"\n")

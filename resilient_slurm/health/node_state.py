@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 
-from resilient_slurm.health.atomic_file import locked, write_atomic
+from resilient_slurm.files import atomic_write, locked
 from resilient_slurm.health.log_sources import Cursor
 from resilient_slurm.health.verdict import HistoryEntry
 
@@ -82,4 +82,4 @@ class NodeState:
 
     @staticmethod
     def _save(path: str, value: object) -> None:
-        write_atomic(path, json.dumps(value, indent=1).encode() + b"\n")
+        atomic_write(path, json.dumps(value, indent=1).encode() + b"\n")

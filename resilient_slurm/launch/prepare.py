@@ -58,6 +58,7 @@ def prepare(cfg: Config, overrides: list[str], today: date | None = None,
     cfg.run.name = run_dir.name
     if RunDir(run_dir).exists():
         changed = _changed(run_dir, cfg)
+        allow = allow or long_run_change(load_config(run_dir), cfg)
         if changed and allow is not None and set(changed) <= allow.keys:
             _record_change(run_dir, cfg, changed, allow.reason)
         elif changed:
@@ -88,6 +89,24 @@ def prepare(cfg: Config, overrides: list[str], today: date | None = None,
     write_meta(run_dir, meta)
     record_launch(run_dir, overrides, resumed=False)
     return run_dir, False
+
+
+LENGTH_KEYS = frozenset({"train.max_steps", "train.max_tokens", "optim.decay_steps", "optim.decay_fraction",
+                         "optim.decay_shape"})
+"""A warmup-stable-decay run may be extended, or its decay begun, from any checkpoint."""
+PHASE_KEYS = LENGTH_KEYS | {"data.phase", "data.sources", "data.on_exhausted"}
+"""A new data phase of a token mixture may change its sources and weights, and the run's length with them."""
+
+
+def long_run_change(old: Config, new: Config) -> AllowedChange | None:
+    """What a long run may change when it is launched again, recorded as it is made: a token mixture
+    with another `data.phase` begins that phase at the step it resumes from (the trainer records it);
+    a WSD schedule may be extended or annealed (its stable phase lasts until the new decay)."""
+    if new.data.kind == "tokens" and new.data.phase != old.data.phase:
+        return AllowedChange(PHASE_KEYS, f"data phase {new.data.phase!r} begins (it was {old.data.phase!r})")
+    if new.optim.schedule == "wsd" == old.optim.schedule:
+        return AllowedChange(LENGTH_KEYS, "the warmup-stable-decay schedule extended or annealed")
+    return None
 
 
 def _record_change(run_dir: Path, cfg: Config, changed: list[str], reason: str) -> None:

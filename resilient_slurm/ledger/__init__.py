@@ -8,7 +8,7 @@ ledger this version writes reads back exactly; older ones read tolerantly (`log`
 
 Modules:
     kinds           every kind of event (Kind), and the base of their fields (Details)     [pure]
-    launch_events   submitted, attempt, start, data ready, resume, config adjusted            [pure]
+    launch_events   submitted, attempt, start, data ready and phases, resume, config adjusted [pure]
     save_events     saves, their failures, emergency plans, retention, copies, the interval   [pure]
     fault_events    anomalies, rollbacks, signals, crashes, OOM, hangs, requeues, restarts    [pure]
     sweep_events    a search's study ledger and a trial's own                                 [pure]
@@ -24,6 +24,9 @@ from resilient_slurm.ledger.launch_events import (
     Start,
     ConfigAdjusted,
     DataReady,
+    DataPhase,
+    SourceEpoch,
+    SourceExhausted,
     Resume,
     CheckpointSkipped,
     RngReseeded,
@@ -95,7 +98,7 @@ from resilient_slurm.ledger.log import (
 __all__ = [
     "Anomaly", "Attempt", "BuddyCopy", "CATALOG", "CheckpointInterval", "CheckpointSkipped", "ColdCopy",
     "ColdCopyCancelled", "ColdCopyDeferred", "ColdCopyFailed", "ColdRetention", "ColdRetentionFailed",
-    "ConfigAdjusted", "ConfigChanged", "Crash", "DataReady", "Details", "EmergencyPlan", "Event", "EventLog",
+    "ConfigAdjusted", "ConfigChanged", "Crash", "DataPhase", "DataReady", "Details", "SourceEpoch", "SourceExhausted", "EmergencyPlan", "Event", "EventLog",
     "Exploit", "Explore", "Exported", "FAILURES", "Finish", "GaveUp", "Hang", "HostOom", "Kind", "LEDGER_FILE",
     "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "Requeue",
     "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",

@@ -57,6 +57,9 @@ class Stop(Details):
     KIND = Kind.STOP
     reason: str
     checkpoint: str | None
+    data: dict[str, Any] | None = None
+    """Where each source of a token mixture stands (its file, the offset in it, its epoch): the
+    current data shard the emergency checkpoint resumes at."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -73,6 +73,37 @@ class DataReady(Details):
 
 
 @dataclass(frozen=True, kw_only=True)
+class DataPhase(Details):
+    """The token mixture begins a new data phase here (`data.phase`): new sources or weights from this
+    position on, the earlier phases' tokens kept (how a run anneals its mix)."""
+
+    KIND = Kind.DATA_PHASE
+    phase: str
+    sources: dict[str, float]
+    """Each source of the new phase and its weight."""
+    sequences: int
+    """The global position the phase begins at."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceEpoch(Details):
+    """A source of the token mixture ran out and begins its next epoch (data.on_exhausted=repeat)."""
+
+    KIND = Kind.SOURCE_EPOCH
+    source: str
+    epoch: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceExhausted(Details):
+    """A source of the token mixture ran out with data.on_exhausted=stop: the run ends here."""
+
+    KIND = Kind.SOURCE_EXHAUSTED
+    source: str
+    sequences: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Resume(Details):
     KIND = Kind.RESUME
     checkpoint: str

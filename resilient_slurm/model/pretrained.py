@@ -108,11 +108,14 @@ def _rope(config: Mapping[str, Any], directory: str) -> tuple[float, dict[str, A
 
 
 def apply_pretrained(cfg: ModelConfig) -> ModelConfig:
-    """A copy of `cfg` with every dimension from `cfg.pretrained`'s config.json; `cfg` itself when no
-    pretrained directory is set. The user's dtype, activation_checkpointing and init_std stay."""
-    if not cfg.pretrained:
+    """A copy of `cfg` with every dimension from the config.json of `cfg.pretrained` (or, for random
+    weights, of `cfg.config`); `cfg` itself when neither is set. The user's dtype,
+    activation_checkpointing and init_std stay."""
+    source = cfg.pretrained or cfg.config
+    if not source:
         return cfg
-    return dataclasses.replace(cfg, **read_model_config(cfg.pretrained))
+    directory = os.path.dirname(source) if source.endswith(".json") else source
+    return dataclasses.replace(cfg, **read_model_config(directory))
 
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:

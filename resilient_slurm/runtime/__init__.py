@@ -7,6 +7,7 @@ Modules, from the rank outwards:
     session      the resilience layer of one rank: agreed stop, saves, resume, ledger, metrics, tracker
     trainer      the built-in trainer, the session's first user: data, model, OOM retry, rollback,
                  evaluation, pause, export
+    pipeline     what the trainer trains on: chat rows or a token mixture, and its data position
     entry        a user's own training function (entry=MODULE:FN), run as a rank
     build        what the trainer builds first: the chat data, the sharded model with its initial weights
     step         one optimizer step over the global batch (forward, backward, reduce, clip, update)

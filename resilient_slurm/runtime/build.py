@@ -21,6 +21,9 @@ from resilient_slurm.rundir import RunDir
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
 from resilient_slurm.model import parallel
+from resilient_slurm.data.tokens.errors import TokenDataError
+from resilient_slurm.data.tokens.token_data import open_token_data
+from resilient_slurm.runtime.pipeline import ChatPipeline, TokenPipeline
 from resilient_slurm.runtime.session import InputError
 from resilient_slurm.runtime.distributed import Comm
 from resilient_slurm.data.chat.build import DataFormatError
@@ -33,6 +36,17 @@ from resilient_slurm.data.tokenizer import TokenizerError
 
 INPUT_ERRORS = (DataFormatError, DataChangedError, TemplateRenderError, TokenizerError, PretrainedError,
                 FileNotFoundError)
+
+
+def open_pipeline(cfg: Config, run_dir: Path, comm: Comm) -> ChatPipeline | TokenPipeline:
+    """The run's data and its sampler for this rank: chat rows, or a token mixture (data.kind=tokens)."""
+    if cfg.data.kind == "tokens":
+        try:
+            tokens = open_token_data(cfg, run_dir, comm.rank)
+        except TokenDataError as e:
+            raise InputError(str(e)) from None
+        return TokenPipeline(cfg, tokens, comm.rank, comm.world_size)
+    return ChatPipeline(cfg, open_data(cfg, run_dir, comm), comm.rank, comm.world_size)
 
 
 def open_data(cfg: Config, run_dir: Path, comm: Comm) -> ChatData:

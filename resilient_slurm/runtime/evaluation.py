@@ -1,7 +1,9 @@
-"""Periodic evaluation on the held-out conversations: validation loss, task metrics, sample predictions.
+"""Periodic evaluation on the held-out data: validation loss, task metrics, sample predictions.
 
 The validation loss is the mean token loss over every held-out row (`data.val_samples`
-conversations, packed like the training rows, so each attends only to itself). Task metrics are the
+conversations, packed like the training rows, so each attends only to itself). A token mixture
+(`data.kind=tokens`) holds out `data.val_sequences` windows per source: the loss and its
+perplexity are reported per source too (`val_loss/<source>`, `val_ppl/<source>`). Task metrics are the
 hook for what a benchmark scores (MMLU accuracy, GSM8K, HumanEval pass@1 on a real recipe): a
 `TaskMetric` judges each of the first `eval.task_samples` held-out conversations right or wrong,
 and the metric is the fraction judged right. The built-in one, `ExactMatch`, generates the last
@@ -29,10 +31,11 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
-from resilient_slurm.config import Config
+from resilient_slurm.config import Config, train_steps
 from resilient_slurm.runtime.distributed import Comm
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.data.chat.dataset import ChatData, EvalSample
+from resilient_slurm.data.tokens.token_data import TokenData
 from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
 
 
@@ -62,6 +65,7 @@ class Decode(Protocol):
 class EvalResult:
     val_loss: float
     task: dict[str, float]
+    """Each task metric, and a token mixture's loss and perplexity per source."""
     """Each task metric: the fraction of eval.task_samples judged correct, over all ranks."""
     seconds: float
     predictions: dict[str, list[Prediction]]
@@ -69,20 +73,26 @@ class EvalResult:
 
 
 class Evaluator:
-    def __init__(self, cfg: Config, model: nn.Module, comm: Comm, data: ChatData, batch_size: int | None = None,
-                 metrics: Sequence[TaskMetric] | None = None) -> None:
+    def __init__(self, cfg: Config, model: nn.Module, comm: Comm, data: ChatData | TokenData,
+                 batch_size: int | None = None, metrics: Sequence[TaskMetric] | None = None,
+                 documents: bool = True) -> None:
         """`batch_size`: rows per forward; None: data.micro_batch_size (the run passes the one it
-        trains at, which a lack of device memory may have lowered)."""
+        trains at, which a lack of device memory may have lowered). `documents`: as the trainer's
+        StepRunner (False: each row is one causal sequence)."""
         self.every = cfg.eval.every_steps
-        self.max_steps = cfg.train.max_steps
+        self.max_steps = train_steps(cfg)
         self.batch = batch_size or cfg.data.micro_batch_size
         self.show = cfg.eval.predictions
-        self.model, self.comm, self.data = model, comm, data
+        self.model, self.comm, self.data, self.documents = model, comm, data, documents
         w, r = comm.world_size, comm.rank
-        self.val_rows = _padded(list(range(r, data.val.num_rows, w)), data.val.num_rows, w, self.batch)
-        samples = data.eval_samples(cfg.eval.task_samples) if cfg.eval.task_samples else []
+        # Named splits: a token mixture's, one per source; the chat data's one, unnamed.
+        self.splits = data.val if isinstance(data, TokenData) else {"": data.val}
+        self.val_rows = {name: _padded(list(range(r, rows.num_rows, w)), rows.num_rows, w, self.batch)
+                         for name, rows in self.splits.items()}
+        samples = data.eval_samples(cfg.eval.task_samples) if cfg.eval.task_samples and isinstance(data, ChatData) \
+            else []
         self.samples = _padded([samples[i] for i in range(r, len(samples), w)], len(samples), w, self.batch)
-        self.eos = set(data.tokenizer.eos_ids)
+        self.eos = set(data.tokenizer.eos_ids) if isinstance(data, ChatData) else set()
         self.metrics = list(metrics if metrics is not None else [ExactMatch(self.batch, self.eos, samples)]) \
             if samples else []
 
@@ -93,24 +103,35 @@ class Evaluator:
     def run(self) -> EvalResult:
         start = time.perf_counter()
         self.model.eval()
-        loss_sum, tokens = 0.0, 0.0
-        for i in range(0, len(self.val_rows), self.batch):
-            rows = self.val_rows[i : i + self.batch]
-            b = self.data.val.batch([row if row is not None else 0 for row in rows]).to(self.comm.device)
-            labels = _mask_padding(b, rows)
-            loss_sum += float(token_loss_sum(self.model(b.input_ids, b.position_ids, b.document_ids), labels))
-            tokens += float((labels != IGNORE_INDEX).sum())
-        judged = {m.name: m.judge(self.model, self.samples, self.comm.device, self.data.decode) for m in self.metrics}
+        sums: list[float] = []
+        for name, val_rows in self.val_rows.items():
+            loss_sum, tokens = 0.0, 0.0
+            for i in range(0, len(val_rows), self.batch):
+                rows = val_rows[i : i + self.batch]
+                b = self.splits[name].batch([row if row is not None else 0 for row in rows]).to(self.comm.device)
+                labels = _mask_padding(b, rows)
+                logits = self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None)
+                loss_sum += float(token_loss_sum(logits, labels))
+                tokens += float((labels != IGNORE_INDEX).sum())
+            sums += [loss_sum, tokens]
+        data = self.data
+        judged = {m.name: m.judge(self.model, self.samples, self.comm.device, data.decode) for m in self.metrics} \
+            if isinstance(data, ChatData) else {}
         # FSDP2 keeps the root's parameters gathered after a forward without a backward: shard them
         # again, so the checkpoint and the optimizer see the sharded parameters.
         if isinstance(self.model, FSDPModule):
             self.model.reshard()
         counts = [float(sum(p.correct for p in judged[m.name])) for m in self.metrics]
         real = float(sum(s is not None for s in self.samples))
-        totals = self.comm.sum_floats([loss_sum, tokens, real, *counts])
+        totals = self.comm.sum_floats([*sums, real, *counts])
+        n = len(sums)
+        losses = {name: totals[2 * i] / max(totals[2 * i + 1], 1.0) for i, name in enumerate(self.splits)}
+        per_source = {f"{key}/{name}": value for name, loss in losses.items() if name
+                      for key, value in (("val_loss", loss), ("val_ppl", math.exp(min(loss, 50.0))))}
         return EvalResult(
-            val_loss=totals[0] / max(totals[1], 1.0),
-            task={m.name: right / max(totals[2], 1.0) for m, right in zip(self.metrics, totals[3:])},
+            val_loss=sum(totals[0:n:2]) / max(sum(totals[1:n:2]), 1.0),
+            task={**{m.name: right / max(totals[n], 1.0) for m, right in zip(self.metrics, totals[n + 1:])},
+                  **per_source},
             seconds=time.perf_counter() - start,
             predictions={name: p[: self.show] for name, p in judged.items()} if self.comm.rank == 0 else {},
         )

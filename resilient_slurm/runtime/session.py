@@ -428,7 +428,8 @@ class Session:
         self.stopped = True
         if self.comm.rank == 0:
             why = self.stop.reason or self.stop.signal_name or "stop requested"
-            self.events.emit(ledger.Stop(reason=why, checkpoint=str(result.path) if result else None), step)
+            self.events.emit(ledger.Stop(reason=why, checkpoint=str(result.path) if result else None,
+                                         data=where_it_stands(self.train_fields())), step)
             log.info("stopped at step %d after a stop request; launch again to resume", step)
 
     # --- what a loop may want to know ------------------------------------------------------------------
@@ -447,6 +448,16 @@ class Session:
     def steps(self, max_steps: int) -> Iterator[int]:
         """The steps still to run: from the resumed step + 1 to `max_steps`."""
         return iter(range(self.progress.step + 1, max_steps + 1))
+
+
+def where_it_stands(fields: dict[str, Any]) -> dict[str, Any] | None:
+    """Each source's file, offset in it, epoch and tokens, from a token mixture's position (the
+    trainer's train_state `data`): what a stop records of the data. None for other loops."""
+    sources = (fields.get("data") or {}).get("sources")
+    if not sources:
+        return None
+    keep = ("file", "token", "epoch", "tokens")
+    return {name: {k: v for k, v in s.items() if k in keep} for name, s in sources.items()}
 
 
 def _one_hot(size: int, index: int, value: float) -> list[float]:

@@ -47,12 +47,16 @@ class StepRunner:
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         comm: Comm,
         grad_clip: float,
+        documents: bool = True,
     ) -> None:
+        """`documents`: rows hold several documents (the model keeps attention inside each); False:
+        each row is one causal sequence, and the model takes the plain causal kernel."""
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.comm = comm
         self.grad_clip = grad_clip
+        self.documents = documents
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.guard = OomGuard(model, comm)
 
@@ -113,7 +117,8 @@ class StepRunner:
         loss_sum = torch.zeros((), dtype=torch.float64)
         for batch in micro_batches:
             b = batch.to(self.comm.device)
-            micro_loss = token_loss_sum(self.model(b.input_ids, b.position_ids, b.document_ids), b.labels)
+            micro_loss = token_loss_sum(
+                self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None), b.labels)
             if poison:
                 micro_loss = micro_loss * float("nan")
             (micro_loss / global_tokens).backward()

@@ -1,6 +1,6 @@
-"""The built-in trainer: the project's model on chat data, the `Session`'s first user.
+"""The built-in trainer: the project's model on chat data or a token mixture, the `Session`'s first user.
 
-It adds what a session does not know: the data and its exact position, the model and optimizer it
+It adds what a session does not know: the data and its exact position (`pipeline.py`), the model and optimizer it
 builds, the step (`StepRunner`) redone at a smaller micro-batch after running out of device memory,
 the monitor's findings (a rollback past a NaN or a spike, a give-up), evaluation, a pause for a
 search, and the finished model in `hf/`. Everything that keeps the run alive (the agreed stop,
@@ -21,8 +21,9 @@ import torch
 from resilient_slurm import ledger
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.train_state import TrainState
-from resilient_slurm.config import Config
-from resilient_slurm.data.batches import Batch, PackedBatchSampler
+from resilient_slurm.config import Config, train_steps
+from resilient_slurm.data.batches import Batch
+from resilient_slurm.data.tokens.errors import SourceExhausted
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.export.from_checkpoint import export_checkpoint
 from resilient_slurm.ledger import EventLog, read_events
@@ -57,14 +58,17 @@ class Trainer:
         self.cfg, self.run_dir, self.comm, self.events = cfg, run_dir, comm, events
         t = cfg.train
         torch.use_deterministic_algorithms(t.deterministic)
-        self.data = build.open_data(cfg, run_dir, comm)
+        self.pipeline = build.open_pipeline(cfg, run_dir, comm)
+        self.steps = train_steps(cfg)
+        """The run's length: train.max_steps, or the steps train.max_tokens takes."""
         self.model = build.build_model(cfg, comm)
         self.base = build.base_model(cfg)
         """A LoRA run's base model (path, identity): recorded in its checkpoints, checked on resume."""
         self.optimizer = build_optimizer(self.model, cfg.optim)
-        self.scheduler = build_scheduler(self.optimizer, cfg.optim, t.max_steps)
-        self.runner = StepRunner(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip)
-        self.sampler = PackedBatchSampler(self.data.train, cfg.data, t.seed, comm.rank, comm.world_size)
+        self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.steps)
+        self.runner = StepRunner(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
+                                 documents=self.pipeline.documents)
+        self.sampler = self.pipeline.sampler
         self.session = Session(cfg, run_dir, comm, stop, events, model=self.model, optimizer=self.optimizer,
                                scheduler=self.scheduler, train_fields=self._train_fields,
                                refusal=lambda ts: build.resume_refusal(ts, cfg, self.base),
@@ -78,7 +82,8 @@ class Trainer:
                                     configured_micro_batch=cfg.data.micro_batch_size)
         self.faults.attach(self.model)
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
-        self.evaluator = Evaluator(cfg, self.model, comm, self.data, self.sampler.micro_batch_size)
+        self.evaluator = Evaluator(cfg, self.model, comm, self.pipeline.data, self.sampler.micro_batch_size,
+                                   documents=self.pipeline.documents)
         self.gave_up: str | None = None
 
     @property
@@ -89,17 +94,13 @@ class Trainer:
         cfg, comm, s = self.cfg, self.comm, self.session
         if comm.rank == 0:
             self._describe()
-        s.start(data=self.data.fingerprint.to_record())
+        s.start(data=self.pipeline.record())
         if comm.rank == 0:
-            stats = self.data.stats
-            self.events.emit(ledger.DataReady(
-                digest=self.data.fingerprint.digest, files=len(self.data.fingerprint.files), rows=self.data.train.num_rows,
-                val_rows=self.data.val.num_rows, cache_hit=stats.cache_hit, seconds=round(stats.seconds, 3),
-                counts=stats.to_dict()), 0)
+            self.events.emit(self.pipeline.ready(), 0)
         restored = s.resume()
         if restored is not None:
             self._restore(restored)
-        while self.step < cfg.train.max_steps:
+        while self.step < self.steps:
             if 0 < cfg.train.pause_at_step <= self.step:
                 return self._pause()
             outcome = self._step()
@@ -123,7 +124,14 @@ class Trainer:
         step = self.step + 1
         start = time.perf_counter()
         position = self.sampler.state.samples_consumed
-        batch = self.sampler.next_batch()
+        try:
+            batch = self.sampler.next_batch()
+        except SourceExhausted as e:  # data.on_exhausted=stop: the run ends, finished, at the last full step
+            if self.comm.rank == 0:
+                self.events.emit(ledger.SourceExhausted(source=e.source, sequences=e.position), self.step)
+                log.info("source %s is used up (data.on_exhausted=stop): finishing at step %d", e.source, self.step)
+            s.finish(with_final=self._export)
+            return StepOutcome(ExitCode.DONE)
         wait = time.perf_counter() - start
         self.faults.before_step(step, self.sampler.micro_batch_size)
         poison = self.faults.poisons(step, position, cfg.data.global_batch_size)
@@ -134,13 +142,13 @@ class Trainer:
         step_s = time.perf_counter() - start
         synced = s.sync(step, before_train - start + result.compute_s, wait)
         s.advance(step, result.tokens, step_s)
-        self._log(step, result, step_s, wait)
+        self._log(step, result, step_s, wait, position)
         s.commit()  # a background save may have committed since the last step
         if self.monitor:
             outcome = self._judge(self._observe(step, result, step_s, synced))
             if outcome.code is not None or outcome.rolled_back:
                 return outcome
-        if s.after_step(step, synced, last_step=cfg.train.max_steps):
+        if s.after_step(step, synced, last_step=self.steps):
             return StepOutcome(ExitCode.RESUME)
         return StepOutcome()
 
@@ -172,7 +180,8 @@ class Trainer:
         error = oom.errors[0] if oom.errors else ""
         if decision.action is Action.RETRY and decision.micro_batch is not None:
             s.set_micro_batch_size(decision.micro_batch)
-            self.evaluator = Evaluator(cfg, self.model, self.comm, self.data, s.micro_batch_size)
+            self.evaluator = Evaluator(cfg, self.model, self.comm, self.pipeline.data, s.micro_batch_size,
+                                       documents=self.pipeline.documents)
             if self.comm.rank == 0:
                 self.events.emit(ledger.OomRetry(
                     ranks=oom.ranks, error=error, old_micro_batch=old, new_micro_batch=s.micro_batch_size,
@@ -220,7 +229,7 @@ class Trainer:
         if restored is None:
             s.progress.step = s.progress.tokens_seen = 0
             s.progress.train_seconds = 0.0
-            self.sampler.state.samples_consumed = 0
+            self.pipeline.restore(None)
         else:
             s.progress.step = restored.train_state.step
             s.progress.tokens_seen, s.progress.train_seconds = restored.train_state.tokens_seen, \
@@ -253,10 +262,12 @@ class Trainer:
         build.fill_initial(self.model, self.cfg)
         self.optimizer.state.clear()
         self.scheduler.load_state_dict(
-            build_scheduler(self.optimizer, self.cfg.optim, self.cfg.train.max_steps).state_dict())
+            build_scheduler(self.optimizer, self.cfg.optim, self.steps).state_dict())
 
     def _restore(self, ts: TrainState) -> None:
-        self.sampler.state.samples_consumed = ts.samples_consumed or 0
+        for event in self.pipeline.restore(ts):
+            if self.comm.rank == 0:
+                self.events.emit(event, ts.step)
         if ts.config_hash != self.session.identity["config_hash"]:
             # Saved before a recorded config change (launch.prepare.AllowedChange), or by another run (a PBT
             # member's copied checkpoint): the run's own hyperparameters win over the restored ones.
@@ -267,18 +278,23 @@ class Trainer:
         fields: dict[str, Any] = {
             "epoch": self.sampler.epoch, "samples_consumed": self.sampler.state.samples_consumed,
             "global_batch_size": self.cfg.data.global_batch_size, "micro_batch_size": self.sampler.micro_batch_size,
+            **self.pipeline.position(),
         }
         lora = build.lora_record(self.cfg)
         if lora is not None:
             fields.update(lora=lora, base_model=self.base)
         return fields
 
-    def _log(self, step: int, r: StepResult, step_s: float, wait_s: float) -> None:
+    def _log(self, step: int, r: StepResult, step_s: float, wait_s: float, position: int) -> None:
+        data_row, crossed = self.pipeline.advanced(position, self.sampler.state.samples_consumed)
+        if self.comm.rank == 0:
+            for event in crossed:
+                self.events.emit(event, step)
         row = {
             "epoch": self.sampler.epoch, "loss": r.loss, "lr": r.lr, "grad_norm": r.grad_norm,
             "tokens": r.tokens, "tokens_per_s": r.tokens / step_s,
             "samples_per_s": self.cfg.data.global_batch_size / step_s, "step_seconds": step_s,
-            "data_wait_s": wait_s, **{f"gpu_{k}": v for k, v in self.session.gpu.latest.items()},
+            "data_wait_s": wait_s, **data_row, **{f"gpu_{k}": v for k, v in self.session.gpu.latest.items()},
         }
         if self.evaluator.due(step):
             self.session.announce("eval")
@@ -286,7 +302,7 @@ class Trainer:
         self.session.log(step, row)
         if self.comm.rank == 0 and (step % self.cfg.train.log_every_steps == 0 or step == 1):
             log.info("step %d/%d | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s",
-                     step, self.cfg.train.max_steps, r.loss, r.lr, r.grad_norm, r.tokens / step_s)
+                     step, self.steps, r.loss, r.lr, r.grad_norm, r.tokens / step_s)
 
     def _evaluate(self, step: int) -> dict[str, Any]:
         """Every rank evaluates its share; rank 0 gets the totals and the sample predictions."""

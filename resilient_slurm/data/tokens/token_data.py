@@ -79,7 +79,7 @@ def open_token_data(cfg: Config, run_dir: Path | None = None, rank: int = 0) -> 
     d = cfg.data
     if d.kind != "tokens":
         raise TokenDataError(f"data.kind: {d.kind}; the token pipeline needs data.kind=tokens")
-    tokenizer_dir = d.tokenizer or cfg.model.pretrained or ""
+    tokenizer_dir = d.tokenizer or cfg.model.pretrained or cfg.model.config or ""
     eos_id = ChatTokenizer(resolve_path(tokenizer_dir), need_template=False).eos_ids[0] if tokenizer_dir else None
     cache = cache_root(cfg)
     sources = [open_source(s, eos_id, lambda p: resolve_source_path(p, cache)) for s in d.sources]
