@@ -26,13 +26,12 @@ import fcntl
 import mmap
 import os
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from resilient_slurm.checkpoint.crc32 import combine_all
+from resilient_slurm.checkpoint.crc32 import combine_all, crc32
 from resilient_slurm.checkpoint.manifest import CHUNK_BYTES
 
 BLOCK = 4096
@@ -69,7 +68,7 @@ def chunk_parts(data: memoryview, offset: int, parts: list[Part]) -> None:
     while pos < len(data):
         index = (offset + pos) // CHUNK_BYTES
         n = min(len(data) - pos, (index + 1) * CHUNK_BYTES - (offset + pos))
-        parts.append((index, zlib.crc32(data[pos : pos + n]), n))
+        parts.append((index, crc32(data[pos : pos + n]), n))
         pos += n
 
 
@@ -232,7 +231,7 @@ def _read_range(f: InFile, fd: int, start: int, end: int) -> int:
             if n:
                 pending[0] = pending[0][n:]
     for v in views:
-        crc = zlib.crc32(v, crc)
+        crc = crc32(v, crc)
     return crc
 
 
@@ -314,7 +313,7 @@ def read_ranges(path: str, nbytes: int, chunks: Sequence[int], spans: Sequence[t
             got = os.preadv(fd, [view], start)
             if got != length:
                 raise ShortFileError(errno.EIO, f"{path} ends at byte {start + got}, before the end of its data")
-            if zlib.crc32(view) != chunks[index]:
+            if crc32(view) != chunks[index]:
                 raise ChecksumError(errno.EIO, f"checksum mismatch in {os.path.basename(path)} at byte {start}")
             read += length
             for off, dst in spans:

@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -151,11 +152,13 @@ def write_and_commit(
 
     outcome: tuple[bool, object]
     try:
-        digests = write_files(outs, io_threads)
-        entries = {os.path.relpath(o.path, tmp): FileEntry(d.nbytes, d.crc32, d.chunks) for o, d in zip(outs, digests)}
-        for rel, data in blobs:
-            d = write_bytes(str(tmp / rel), data)
-            entries[rel] = FileEntry(d.nbytes, d.crc32, d.chunks)
+        with ThreadPoolExecutor(max_workers=1) as side:
+            # The small files' fsyncs (a journal commit each) overlap the shard files' writes.
+            small = side.submit(_write_blobs, tmp, blobs)
+            digests = write_files(outs, io_threads)
+            entries = {os.path.relpath(o.path, tmp): FileEntry(d.nbytes, d.crc32, d.chunks)
+                       for o, d in zip(outs, digests)}
+            entries.update(small.result())
         outcome = (True, entries)
     except Exception as e:  # noqa: BLE001 - every rank must reach the all-gather, or the others hang
         outcome = (False, f"rank {comm.rank}: {e.__class__.__name__}: {e}")
@@ -184,6 +187,14 @@ def write_and_commit(
             raise SaveError(error)
     nbytes = sum(e.nbytes for e in files.values())
     return SaveResult(final, nbytes, time.perf_counter() - start, replaced, manifest, tuple(by_rank))
+
+
+def _write_blobs(tmp: Path, blobs: list[tuple[str, bytes]]) -> dict[str, FileEntry]:
+    entries = {}
+    for rel, data in blobs:
+        d = write_bytes(str(tmp / rel), data)
+        entries[rel] = FileEntry(d.nbytes, d.crc32, d.chunks)
+    return entries
 
 
 def _commit_nodes(root: Path, tmp: Path, final: Path, manifest: Manifest, by_rank: list[tuple[str, ...]],
