@@ -109,15 +109,19 @@ def round_up(n: int, block: int = BLOCK) -> int:
     return -(-n // block) * block
 
 
-def write_files(files: Sequence[OutFile], threads: int) -> list[FileDigest]:
-    """Create each file (it must not exist), write it, fsync it; digests in the same order."""
+def write_files(files: Sequence[OutFile], threads: int, direct: bool = True) -> list[FileDigest]:
+    """Create each file (it must not exist), write it, fsync it; digests in the same order.
+
+    `direct=False` writes through the page cache straight from the segments, without the bounce
+    copy: for files in memory (tmpfs), where there is no disk to bypass."""
     fds: list[int] = []
     try:
         for f in files:
-            fds.append(_open_new(f.path))
+            fds.append(_open_new(f.path, direct))
         ranges = [(i, start, min(start + TASK, f.nbytes)) for i, f in enumerate(files)
                   for start in range(0, f.nbytes, TASK)]
-        chunks = _run(threads, lambda r: _write_range(files[r[0]], fds[r[0]], r[1], r[2]), ranges)
+        write = _write_range if direct else _write_range_buffered
+        chunks = _run(threads, lambda r: write(files[r[0]], fds[r[0]], r[1], r[2]), ranges)
 
         def finish(i: int) -> None:
             if files[i].nbytes % BLOCK:
@@ -169,8 +173,10 @@ def _run(threads: int, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
         return list(pool.map(fn, items))
 
 
-def _open_new(path: str) -> int:
+def _open_new(path: str, direct: bool = True) -> int:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    if not direct:
+        return os.open(path, flags, 0o644)
     try:
         return os.open(path, flags | getattr(os, "O_DIRECT", 0), 0o644)
     except OSError as e:
@@ -197,6 +203,17 @@ def _write_range(f: OutFile, fd: int, start: int, end: int) -> list[Part]:
             buf[n:padded] = bytes(padded - n)
             _pwrite(fd, buf[:padded], pos)
             pos += n
+    return parts
+
+
+def _write_range_buffered(f: OutFile, fd: int, start: int, end: int) -> list[Part]:
+    """`_write_range` for a file opened without O_DIRECT: each segment's own bytes, no copy of ours."""
+    parts: list[Part] = []
+    pos = start
+    for view in _slices(f.segments, _segment_starts(f.segments), start, end):
+        chunk_parts(view, pos, parts)
+        _pwrite(fd, view, pos)
+        pos += len(view)
     return parts
 
 

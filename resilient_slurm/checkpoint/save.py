@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,12 +134,16 @@ def save(root: Path, step: int, snap: Snapshot, comm: Collectives, max_shard_byt
 
 def write_and_commit(
     root: Path, step: int, plan: str, outs: list[OutFile], blobs: list[tuple[str, bytes]], comm: Collectives,
-    io_threads: int, check: bool = True, spread: Spread | None = None,
+    io_threads: int, check: bool = True, spread: Spread | None = None, direct: bool = True,
+    written: Callable[[], None] | None = None,
 ) -> SaveResult:
     """Steps 1-4 above for this rank's files (`outs` live in `tmp_path(root, step)`); `spread`: the
-    ranks' nodes when `root` is this node's own directory (a node-local hot tier).
+    ranks' nodes when `root` is this node's own directory (a node-local hot tier, the memory tier).
 
     `check=False` skips rank 0's structural check before the marker (emergency saves short of time).
+    `direct=False` writes through the page cache (`parallel_io.write_files`). `written()` is called
+    once this rank's bytes are all out of the segments, written or not, before the collectives: from
+    then on the tensors they came from may change.
     """
     start = time.perf_counter()
     tmp = tmp_path(root, step)
@@ -155,7 +160,11 @@ def write_and_commit(
         with ThreadPoolExecutor(max_workers=1) as side:
             # The small files' fsyncs (a journal commit each) overlap the shard files' writes.
             small = side.submit(_write_blobs, tmp, blobs)
-            digests = write_files(outs, io_threads)
+            try:
+                digests = write_files(outs, io_threads, direct)
+            finally:
+                if written is not None:
+                    written()
             entries = {os.path.relpath(o.path, tmp): FileEntry(d.nbytes, d.crc32, d.chunks)
                        for o, d in zip(outs, digests)}
             entries.update(small.result())

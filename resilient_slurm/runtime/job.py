@@ -26,6 +26,7 @@ from resilient_slurm.analysis.metrics import MetricsFile
 from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
 from resilient_slurm.checkpoint.load import CheckpointRefused, Restored
+from resilient_slurm.checkpoint.memory import MemoryTierTooSmall
 from resilient_slurm.checkpoint.state import (
     Snapshot,
     capture_snapshot,
@@ -115,7 +116,8 @@ def run(
     finally:
         if loop is not None:
             loop.tracker.close(int(code))
-            loop.checkpointer.close()  # a save or cold copy in flight finishes before the process exits
+            # A save or cold copy in flight finishes before the process exits; a finished run's memory tier goes.
+            loop.checkpointer.close(finished=code == ExitCode.DONE)
         if comm is not None:
             comm.close()
 
@@ -242,6 +244,8 @@ class _Loop:
         if reason and step < cfg.train.max_steps:
             self.checkpointer.save(step, self._snapshot(reason), reason)
             self._commit()
+        if self.checkpointer.memory_due(step) and step < cfg.train.max_steps:
+            self.checkpointer.save_memory(step, self._snapshot("memory"))
         return None
 
     def _train(self, step: int, position: int, batch: list[Batch], poison: bool) -> StepResult | None:
@@ -360,7 +364,7 @@ class _Loop:
         try:
             outcome = self.checkpointer.resume(self.model, self.optimizer, self.scheduler, before_step=before_step,
                                                refusal=lambda ts: build.resume_refusal(ts, self.cfg, self.base))
-        except CheckpointRefused as e:
+        except (CheckpointRefused, MemoryTierTooSmall) as e:
             raise build.InputError(str(e)) from None
         if self.comm.rank == 0:
             for path, reason in outcome.skipped:
