@@ -9,7 +9,7 @@ manifest lists them), so `read_ranges` can check a few ranges of a file without 
 
 Writes go through O_DIRECT with page-aligned buffers: measured on our machines, that writes about
 twice as fast as page-cache writes plus fsync, and steadier, and it leaves the page cache to
-training. Tensor memory is not page-aligned, so it is copied through a small reused aligned
+training. Tensor memory is not page-aligned, so it is copied through a reused aligned
 buffer per thread; a staged file image (`OutFile.aligned`) is already aligned and is written
 straight from memory. Filesystems without O_DIRECT (tmpfs, some FUSE) get plain writes.
 
@@ -29,7 +29,9 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import numpy as np
 
 from resilient_slurm.checkpoint.crc32 import combine_all, crc32
 from resilient_slurm.checkpoint.manifest import CHUNK_BYTES
@@ -38,8 +40,10 @@ BLOCK = 4096
 """O_DIRECT alignment of buffer addresses, file offsets and lengths."""
 TASK = 64 << 20
 """Bytes of one file range handed to a thread (a multiple of BLOCK)."""
-CHUNK = 8 << 20
-"""Size of the per-thread aligned buffer that tensor bytes are gathered into before a write."""
+CHUNK = 32 << 20
+"""Size of the per-thread aligned buffer that tensor bytes are gathered into before a write: one
+direct write each. Measured here against 8 MiB, in one rotation with dd: 0.86 of dd's speed
+against 0.57 (fewer writes, and fewer hand-offs of the GIL between the writer threads)."""
 _IOV_MAX = 1024
 
 _T = TypeVar("_T")
@@ -275,9 +279,12 @@ def _slices(segments: Sequence[memoryview], starts: list[int], start: int, end: 
 
 
 def _gather(segments: Sequence[memoryview], starts: list[int], start: int, dst: memoryview) -> None:
+    out: Any = np.frombuffer(dst, dtype=np.uint8)
     pos = 0
     for part in _slices(segments, starts, start, start + len(dst)):
-        dst[pos : pos + len(part)] = part
+        # numpy copies without the GIL, which a memoryview slice assignment holds: with the writer
+        # threads queueing for it, measured here, the disk sat idle between their writes.
+        np.copyto(out[pos : pos + len(part)], np.frombuffer(part, dtype=np.uint8))
         pos += len(part)
 
 
