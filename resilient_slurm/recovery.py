@@ -130,16 +130,23 @@ def failure_streak(history: list[Event[Any]]) -> list[list[Failure]]:
     best = -1
     for events in ordered:
         best_before.append(best)
-        best = max([best] + [e.step for e in events if e.kind is Kind.SAVE and e.step is not None])
+        best = max([best, *_saved_steps(events)])
     streak: list[list[Failure]] = []
     for events, before in zip(reversed(ordered), reversed(best_before)):
-        saved = max([-1] + [e.step for e in events if e.kind is Kind.SAVE and e.step is not None])
+        saved = max([-1, *_saved_steps(events)])
         if saved > before:
             break
         failures = _failures(events)
         if failures:
             streak.append(failures)
     return streak
+
+
+def _saved_steps(events: list[Event[Any]]) -> list[int]:
+    """Steps an attempt committed: to disk, or to the memory tier (a restart resumes from either,
+    so both are progress)."""
+    return [e.step for e in events if e.step is not None and (
+        e.kind is Kind.SAVE or (e.kind is Kind.MEMORY_SAVE and getattr(e.details, "ok", False)))]
 
 
 def failures_without_progress(history: list[Event[Any]]) -> int:

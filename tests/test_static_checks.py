@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "resilient_slurm"
 PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goodput.py", "slurm/env.py",
         "tracking/history.py", "checkpoint/layout.py",
         "checkpoint/manifest.py", "checkpoint/policy.py", "checkpoint/retention.py", "checkpoint/crc32.py",
-        "checkpoint/costs.py", "checkpoint/deadline.py", "checkpoint/interval.py", "checkpoint/nodes.py",
+        "checkpoint/costs.py", "checkpoint/deadline.py", "checkpoint/interval.py", "checkpoint/nodes.py", "checkpoint/memory_policy.py",
         "health/xid_catalog.py",
         "health/kernel_log.py", "health/verdict.py", "slurm/placement.py", "slurm/srun.py", "slurm/step_end.py",
         "simulate/failures.py",

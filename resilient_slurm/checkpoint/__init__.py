@@ -28,6 +28,9 @@ and a resume use them:
     reader         rows of saved tensors into this rank's shards, only the byte ranges it needs
     load           resume: the newest checkpoint that verifies, from either tier
     spread         resume from a checkpoint spread over nodes: own, buddy and peer copies
+    memory_policy  the memory tier: when it saves, its size per node, what it fits in       [pure]
+    memory_files   the memory tier's directories on a node: room for them, and their cleanup
+    memory         the memory tier: saves to host memory (tmpfs) and a buddy node's, resume from them
     verify         the `verify` check, shared by the command and the loader
     checkpointer   the loop's single entry point: when, save, retention, tiers, resume
     __main__       the `verify` command line

@@ -32,6 +32,8 @@ from resilient_slurm.checkpoint.interval import (
     failure_history,
     mtbf_s,
 )
+from resilient_slurm.checkpoint.memory import MemoryTier
+from resilient_slurm.checkpoint.memory_policy import memory_due
 from resilient_slurm.checkpoint.policy import SaveClock, step_reason, time_due
 from resilient_slurm.checkpoint.retention import CheckpointInfo, plan_retention
 from resilient_slurm.checkpoint.save import SaveError, SaveResult, save
@@ -70,16 +72,19 @@ class Checkpointer:
         self.cluster = cluster
         self.comm = comm
         self.events = events
-        # A node-local hot tier: every rank's node, for the commit of each node's directory and
-        # the buddy copies (the all-gather is collective: every rank builds its checkpointer alike).
-        self.spread = nodes.Spread(tuple(comm.all_gather_object(comm.node))) if nodes.node_local(cfg.hot_dir) \
-            else None
+        # Every rank's node, for a node-local tier's commit of each node's directory and its buddy
+        # copies (the all-gather is collective: every rank builds its checkpointer alike).
+        local_tiers = nodes.node_local(cfg.hot_dir), cfg.memory.every_steps > 0
+        everyone = nodes.Spread(tuple(comm.all_gather_object(comm.node))) if any(local_tiers) else None
+        self.spread = everyone if local_tiers[0] else None
         self.leader = comm.rank == 0 if self.spread is None else self.spread.is_leader(comm.rank)
         # Every checkpoint collective runs on this group, from whichever thread saves; buddy copies
         # and a resume's transfers send files over it too.
         own_group = cfg.async_save or self.spread is not None
         self.group = checkpoint_group(comm, cluster.collective_timeout_s) if own_group else comm
         self.saver = AsyncSaver(self.root, self.group, cfg.max_shard_bytes, cfg.io_threads, self.spread)
+        self.memory = MemoryTier(run_dir, cfg, comm, everyone, events, cluster.collective_timeout_s) \
+            if everyone is not None and local_tiers[1] else None
         # The cold tier is read by whoever fills a node's directory from it (every leader of a
         # node-local tier) and written by rank 0, or by every leader, each its node's files.
         self.cold = ColdTier(cold_url(run_dir, cfg), cfg.io_threads) if cfg.cold.url and self.leader else None
@@ -107,6 +112,10 @@ class Checkpointer:
 
     def step_reason(self, step: int) -> str | None:
         return step_reason(step, self.cfg)
+
+    def memory_due(self, step: int) -> bool:
+        """A save to the memory tier falls due at the end of this step (the same on every rank)."""
+        return self.memory is not None and memory_due(step, self.cfg.memory.every_steps)
 
     def time_due(self) -> bool:
         """Only rank 0's answer counts; the loop agrees on it across ranks with the stop flag."""
@@ -144,6 +153,12 @@ class Checkpointer:
             step, reason, result, error, mode="async", blocking_s=blocking_s, has_optimizer=has_optimizer))
         return None
 
+    def save_memory(self, step: int, snap: Snapshot) -> float:
+        """Save to the memory tier (every rank, at a step `memory_due` names): returns once the
+        files are planned; the seconds the loop was held up (`memory.MemoryTier.save`)."""
+        assert self.memory is not None, "checkpoint.memory.every_steps is 0"
+        return self.memory.save(step, snap)
+
     def emergency_save(self, step: int, snap: Snapshot, signal_name: str | None,
                        received_at: float | None) -> SaveResult | None:
         """The save before a stop: the most of the state that fits before the kill (`deadline.py`)."""
@@ -168,10 +183,13 @@ class Checkpointer:
                             {k: v for k, v in snap.json_files.items() if k != layout.OPTIMIZER_META})
         return self._save_now(step, snap, "emergency", check=plan.check, plan=plan.name)
 
-    def close(self) -> None:
-        """Before the process exits, on every path: the save in flight finishes, and so do the
-        cold-tier copies unless an emergency plan left them to the next start."""
+    def close(self, finished: bool = False) -> None:
+        """Before the process exits, on every path: the saves in flight finish, and so do the
+        cold-tier copies unless an emergency plan left them to the next start. `finished` (the run
+        is done, on every rank): the memory tier's files are deleted."""
         self.saver.wait()
+        if self.memory is not None:
+            self.memory.close(finished)
         if self.uploader is not None:
             if not self.copy_on_exit and not self.uploader.idle():
                 self.events.emit(ledger.ColdCopyDeferred(reason="no time before the kill"), self.clock.last_save_step)
@@ -181,16 +199,30 @@ class Checkpointer:
     def resume(self, model: nn.Module, optimizer: torch.optim.Optimizer | None,
                scheduler: torch.optim.lr_scheduler.LRScheduler | None, before_step: int | None = None,
                refusal: load.Refusal | None = None) -> load.ResumeOutcome:
-        """The newest checkpoint that loads, from either tier (of a step before `before_step`); on a
-        node-local tier, from the nodes' own directories and buddy copies first. CheckpointRefused
-        when `refusal` objects to it."""
-        if self.spread is not None:
+        """The newest checkpoint that loads, of a step before `before_step`: from the memory tier
+        (own node, then buddy) when it holds one at least as new as the hot tier's newest, else
+        from the disk tiers; on a node-local hot tier, from the nodes' own directories and buddy
+        copies first. CheckpointRefused when `refusal` objects to it; MemoryTierTooSmall, at the
+        first resume, when a node's memory cannot hold the memory tier."""
+        from_memory = None
+        if self.memory is not None:
+            if not self.memory.checked:
+                self.memory.check_fits(model, optimizer)
+            self.memory.guard(optimizer)
+            from_memory = self.memory.resume(model, optimizer, scheduler, before_step, refusal,
+                                             not_before=self._newest_on_disk(before_step))
+        if from_memory is not None and from_memory.restored is not None:
+            outcome = from_memory
+        elif self.spread is not None:
             outcome = SpreadResume(self.root, self.spread, self.comm, getattr(self.group, "group", None),
                                    self.cfg.io_threads).run(model, optimizer, scheduler, self.cold, before_step,
                                                             refusal)
         else:
             outcome = load.resume(self.root, self.comm, model, optimizer, scheduler, self.cfg.io_threads, self.cold,
                                   before_step, refusal)
+        if from_memory is not None and outcome is not from_memory:
+            outcome = load.ResumeOutcome(outcome.restored, from_memory.skipped + outcome.skipped,
+                                         outcome.touched_state or from_memory.touched_state)
         restored = outcome.restored
         if restored is not None and restored.rng == "reseeded":
             self.events.emit(ledger.RngReseeded(
@@ -213,6 +245,17 @@ class Checkpointer:
             self.events.emit(ledger.SaveFailed(reason="collect", mode="sync", error="; ".join(problems[:5])), step)
 
     # --- internals
+    def _newest_on_disk(self, before_step: int | None) -> int | None:
+        """The newest step committed in the hot tier (in any node's own directory), before
+        `before_step`: memory checkpoints older than it are passed over. Cold copies lag the hot
+        tier's, so they are not asked. Collective."""
+        mine = -1
+        if self.leader:
+            mine = max((s for s, p in store.list_step_dirs(self.root) if (p / layout.MANIFEST).is_file()
+                        and (before_step is None or s < before_step)), default=-1)
+        newest = max(self.comm.all_gather_object(mine))
+        return None if newest < 0 else newest
+
     def _save_now(self, step: int, snap: Snapshot, reason: str, check: bool,
                   plan: str | None = None) -> SaveResult | None:
         try:

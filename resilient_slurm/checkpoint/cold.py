@@ -13,13 +13,13 @@ size and CRC32 compared with the manifest. A download checks the same on the way
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from resilient_slurm.checkpoint import layout, store
+from resilient_slurm.checkpoint.crc32 import crc32
 from resilient_slurm.checkpoint.manifest import Manifest, ManifestError
 from resilient_slurm.checkpoint.safetensors_io import file_crc32, write_bytes
 
@@ -162,7 +162,7 @@ class ColdTier:
         with self.fs.open(path, "rb", block_size=_READ_BLOCK) as f:
             while block := f.read(_READ_BLOCK):
                 nbytes += len(block)
-                crc = zlib.crc32(block, crc)
+                crc = crc32(block, crc)
         return nbytes, crc
 
     def _path(self, step: int, rel: str | None = None) -> str:

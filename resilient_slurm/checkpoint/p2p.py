@@ -15,7 +15,6 @@ zeros instead, so that the others are not left waiting for a message that never 
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from resilient_slurm.checkpoint.crc32 import crc32
 from resilient_slurm.checkpoint.nodes import Transfer
 from resilient_slurm.checkpoint.safetensors_io import bytes_view
 
@@ -96,7 +96,7 @@ def _write(incoming: dict[tuple[int, str], _Incoming], t: Transfer, buf: torch.T
     view = data
     while view:
         view = view[os.pwrite(f.fd, view, t.offset + len(data) - len(view)):]
-    f.crc = zlib.crc32(data, f.crc)
+    f.crc = crc32(data, f.crc)
     f.received += t.length
     if t.offset + t.length < t.size:
         return None

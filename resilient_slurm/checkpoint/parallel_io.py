@@ -9,7 +9,7 @@ manifest lists them), so `read_ranges` can check a few ranges of a file without 
 
 Writes go through O_DIRECT with page-aligned buffers: measured on our machines, that writes about
 twice as fast as page-cache writes plus fsync, and steadier, and it leaves the page cache to
-training. Tensor memory is not page-aligned, so it is copied through a small reused aligned
+training. Tensor memory is not page-aligned, so it is copied through a reused aligned
 buffer per thread; a staged file image (`OutFile.aligned`) is already aligned and is written
 straight from memory. Filesystems without O_DIRECT (tmpfs, some FUSE) get plain writes.
 
@@ -26,21 +26,24 @@ import fcntl
 import mmap
 import os
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from resilient_slurm.checkpoint.crc32 import combine_all
+import numpy as np
+
+from resilient_slurm.checkpoint.crc32 import combine_all, crc32
 from resilient_slurm.checkpoint.manifest import CHUNK_BYTES
 
 BLOCK = 4096
 """O_DIRECT alignment of buffer addresses, file offsets and lengths."""
 TASK = 64 << 20
 """Bytes of one file range handed to a thread (a multiple of BLOCK)."""
-CHUNK = 8 << 20
-"""Size of the per-thread aligned buffer that tensor bytes are gathered into before a write."""
+CHUNK = 32 << 20
+"""Size of the per-thread aligned buffer that tensor bytes are gathered into before a write: one
+direct write each. Measured here against 8 MiB, in one rotation with dd: 0.86 of dd's speed
+against 0.57 (fewer writes, and fewer hand-offs of the GIL between the writer threads)."""
 _IOV_MAX = 1024
 
 _T = TypeVar("_T")
@@ -69,7 +72,7 @@ def chunk_parts(data: memoryview, offset: int, parts: list[Part]) -> None:
     while pos < len(data):
         index = (offset + pos) // CHUNK_BYTES
         n = min(len(data) - pos, (index + 1) * CHUNK_BYTES - (offset + pos))
-        parts.append((index, zlib.crc32(data[pos : pos + n]), n))
+        parts.append((index, crc32(data[pos : pos + n]), n))
         pos += n
 
 
@@ -110,15 +113,19 @@ def round_up(n: int, block: int = BLOCK) -> int:
     return -(-n // block) * block
 
 
-def write_files(files: Sequence[OutFile], threads: int) -> list[FileDigest]:
-    """Create each file (it must not exist), write it, fsync it; digests in the same order."""
+def write_files(files: Sequence[OutFile], threads: int, direct: bool = True) -> list[FileDigest]:
+    """Create each file (it must not exist), write it, fsync it; digests in the same order.
+
+    `direct=False` writes through the page cache straight from the segments, without the bounce
+    copy: for files in memory (tmpfs), where there is no disk to bypass."""
     fds: list[int] = []
     try:
         for f in files:
-            fds.append(_open_new(f.path))
+            fds.append(_open_new(f.path, direct))
         ranges = [(i, start, min(start + TASK, f.nbytes)) for i, f in enumerate(files)
                   for start in range(0, f.nbytes, TASK)]
-        chunks = _run(threads, lambda r: _write_range(files[r[0]], fds[r[0]], r[1], r[2]), ranges)
+        write = _write_range if direct else _write_range_buffered
+        chunks = _run(threads, lambda r: write(files[r[0]], fds[r[0]], r[1], r[2]), ranges)
 
         def finish(i: int) -> None:
             if files[i].nbytes % BLOCK:
@@ -170,8 +177,10 @@ def _run(threads: int, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
         return list(pool.map(fn, items))
 
 
-def _open_new(path: str) -> int:
+def _open_new(path: str, direct: bool = True) -> int:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    if not direct:
+        return os.open(path, flags, 0o644)
     try:
         return os.open(path, flags | getattr(os, "O_DIRECT", 0), 0o644)
     except OSError as e:
@@ -198,6 +207,17 @@ def _write_range(f: OutFile, fd: int, start: int, end: int) -> list[Part]:
             buf[n:padded] = bytes(padded - n)
             _pwrite(fd, buf[:padded], pos)
             pos += n
+    return parts
+
+
+def _write_range_buffered(f: OutFile, fd: int, start: int, end: int) -> list[Part]:
+    """`_write_range` for a file opened without O_DIRECT: each segment's own bytes, no copy of ours."""
+    parts: list[Part] = []
+    pos = start
+    for view in _slices(f.segments, _segment_starts(f.segments), start, end):
+        chunk_parts(view, pos, parts)
+        _pwrite(fd, view, pos)
+        pos += len(view)
     return parts
 
 
@@ -232,7 +252,7 @@ def _read_range(f: InFile, fd: int, start: int, end: int) -> int:
             if n:
                 pending[0] = pending[0][n:]
     for v in views:
-        crc = zlib.crc32(v, crc)
+        crc = crc32(v, crc)
     return crc
 
 
@@ -259,9 +279,12 @@ def _slices(segments: Sequence[memoryview], starts: list[int], start: int, end: 
 
 
 def _gather(segments: Sequence[memoryview], starts: list[int], start: int, dst: memoryview) -> None:
+    out: Any = np.frombuffer(dst, dtype=np.uint8)
     pos = 0
     for part in _slices(segments, starts, start, start + len(dst)):
-        dst[pos : pos + len(part)] = part
+        # numpy copies without the GIL, which a memoryview slice assignment holds: with the writer
+        # threads queueing for it, measured here, the disk sat idle between their writes.
+        np.copyto(out[pos : pos + len(part)], np.frombuffer(part, dtype=np.uint8))
         pos += len(part)
 
 
@@ -314,7 +337,7 @@ def read_ranges(path: str, nbytes: int, chunks: Sequence[int], spans: Sequence[t
             got = os.preadv(fd, [view], start)
             if got != length:
                 raise ShortFileError(errno.EIO, f"{path} ends at byte {start + got}, before the end of its data")
-            if zlib.crc32(view) != chunks[index]:
+            if crc32(view) != chunks[index]:
                 raise ChecksumError(errno.EIO, f"checksum mismatch in {os.path.basename(path)} at byte {start}")
             read += length
             for off, dst in spans:

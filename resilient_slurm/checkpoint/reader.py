@@ -12,7 +12,6 @@ Version 1 checkpoints have no chunk CRCs: their files are read whole and the res
 from __future__ import annotations
 
 import json
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 
 from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.crc32 import crc32
 from resilient_slurm.checkpoint.manifest import CHUNK_BYTES, Manifest
 from resilient_slurm.checkpoint.parallel_io import InFile, read_files, read_ranges
 from resilient_slurm.checkpoint.safetensors_io import DTYPES, Header, bytes_view, read_header
@@ -174,6 +174,6 @@ class Reader:
 def read_json(path: Path, rel: str, manifest: Manifest) -> Any:
     """A small JSON file of the checkpoint, checked against its CRC."""
     raw = (path / rel).read_bytes()
-    if zlib.crc32(raw) != manifest.files[rel].crc32:
+    if crc32(raw) != manifest.files[rel].crc32:
         raise LoadError(f"checksum mismatch in {rel}")
     return json.loads(raw)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import struct
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from resilient_slurm.checkpoint.crc32 import crc32
 from resilient_slurm.checkpoint.parallel_io import (
     FileDigest,
     InFile,
@@ -199,5 +199,5 @@ def file_crc32(path: str) -> int:
     view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(view):
-            crc = zlib.crc32(view[:n], crc)
+            crc = crc32(view[:n], crc)
     return crc

@@ -29,6 +29,8 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,12 +124,16 @@ def save(root: Path, step: int, snap: Snapshot, comm: Collectives, max_shard_byt
 
 def write_and_commit(
     root: Path, step: int, plan: str, outs: list[OutFile], blobs: list[tuple[str, bytes]], comm: Collectives,
-    io_threads: int, check: bool = True, spread: Spread | None = None,
+    io_threads: int, check: bool = True, spread: Spread | None = None, direct: bool = True,
+    written: Callable[[], None] | None = None,
 ) -> SaveResult:
     """Steps 1-4 above for this rank's files (`outs` live in `tmp_path(root, step)`); `spread`: the
-    ranks' nodes when `root` is this node's own directory (a node-local hot tier).
+    ranks' nodes when `root` is this node's own directory (a node-local hot tier, the memory tier).
 
     `check=False` skips rank 0's structural check before the marker (emergency saves short of time).
+    `direct=False` writes through the page cache (`parallel_io.write_files`). `written()` is called
+    once this rank's bytes are all out of the segments, written or not, before the collectives: from
+    then on the tensors they came from may change.
     """
     start = time.perf_counter()
     tmp = tmp_path(root, step)
@@ -141,11 +147,17 @@ def write_and_commit(
 
     outcome: tuple[bool, object]
     try:
-        digests = write_files(outs, io_threads)
-        entries = {os.path.relpath(o.path, tmp): FileEntry(d.nbytes, d.crc32, d.chunks) for o, d in zip(outs, digests)}
-        for rel, data in blobs:
-            d = write_bytes(str(tmp / rel), data)
-            entries[rel] = FileEntry(d.nbytes, d.crc32, d.chunks)
+        with ThreadPoolExecutor(max_workers=1) as side:
+            # The small files' fsyncs (a journal commit each) overlap the shard files' writes.
+            small = side.submit(_write_blobs, tmp, blobs)
+            try:
+                digests = write_files(outs, io_threads, direct)
+            finally:
+                if written is not None:
+                    written()
+            entries = {os.path.relpath(o.path, tmp): FileEntry(d.nbytes, d.crc32, d.chunks)
+                       for o, d in zip(outs, digests)}
+            entries.update(small.result())
         outcome = (True, entries)
     except Exception as e:  # noqa: BLE001 - every rank must reach the all-gather, or the others hang
         outcome = (False, f"rank {comm.rank}: {e.__class__.__name__}: {e}")
@@ -174,6 +186,14 @@ def write_and_commit(
             raise SaveError(error)
     nbytes = sum(e.nbytes for e in files.values())
     return SaveResult(final, nbytes, time.perf_counter() - start, replaced, manifest, tuple(by_rank))
+
+
+def _write_blobs(tmp: Path, blobs: list[tuple[str, bytes]]) -> dict[str, FileEntry]:
+    entries = {}
+    for rel, data in blobs:
+        d = write_bytes(str(tmp / rel), data)
+        entries[rel] = FileEntry(d.nbytes, d.crc32, d.chunks)
+    return entries
 
 
 def _commit_nodes(root: Path, tmp: Path, final: Path, manifest: Manifest, by_rank: list[tuple[str, ...]],

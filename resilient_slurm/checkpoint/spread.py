@@ -82,10 +82,13 @@ def _files(path: Path) -> Files:
     return out
 
 
-def candidates(held: dict[int, Holding], before_step: int | None) -> list[tuple[int, Manifest]]:
-    """(step, manifest) whose every file some node holds at its size, newest step first. Pure."""
+def candidates(held: dict[int, Holding], before_step: int | None,
+               not_before: int | None = None) -> list[tuple[int, Manifest]]:
+    """(step, manifest) whose every file some node holds at its size, newest step first, of steps
+    in [not_before, before_step). Pure."""
     out = []
-    steps = sorted({s for h in held.values() for s in h.manifests if before_step is None or s < before_step},
+    steps = sorted({s for h in held.values() for s in h.manifests
+                    if (before_step is None or s < before_step) and (not_before is None or s >= not_before)},
                    reverse=True)
     for step in steps:
         variants: dict[str, Manifest] = {}
@@ -123,11 +126,13 @@ class SpreadResume:
 
     def run(self, model: nn.Module, optimizer: torch.optim.Optimizer | None,
             scheduler: torch.optim.lr_scheduler.LRScheduler | None, cold: Any, before_step: int | None,
-            refusal: load.Refusal | None = None) -> load.ResumeOutcome:
+            refusal: load.Refusal | None = None, not_before: int | None = None) -> load.ResumeOutcome:
+        """`not_before`: pass over the nodes' steps before it (the memory tier, when a disk tier
+        holds a newer checkpoint)."""
         held = self.held()
         skipped: list[tuple[str, str]] = []
         touched = False
-        for step, manifest in candidates(held, before_step):
+        for step, manifest in candidates(held, before_step, not_before):
             path = self.root / layout.step_dir_name(step)
             result: load.Restored | None = None
             refused: str | None = None

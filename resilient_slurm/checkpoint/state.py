@@ -12,11 +12,13 @@ from __future__ import annotations
 import base64
 import random
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard
 
 from resilient_slurm.checkpoint import layout
@@ -63,26 +65,36 @@ def capture_snapshot(model: nn.Module, optimizer: torch.optim.Optimizer | None,
     )
 
 
-def local_rows(t: torch.Tensor) -> tuple[int, int]:
-    """The rows [start, stop) of the global tensor this rank holds: all of them for a plain tensor."""
+def local_rows(t: torch.Tensor, local: torch.Tensor | None = None) -> tuple[int, int]:
+    """The rows [start, stop) of the global tensor this rank holds: all of them for a plain tensor.
+    `local`: the DTensor's local tensor, when the caller has it already."""
     if not isinstance(t, DTensor):
         return 0, t.shape[0] if t.ndim else 1
     if t.placements != (Shard(0),):
         raise ValueError(f"unsupported placement {t.placements}: checkpoints save FSDP2's Shard(0) only")
-    mesh = t.device_mesh
-    start, stop = layout.shard_rows(t.shape[0], mesh.size(), mesh.get_local_rank())
-    if t.to_local().shape[0] != stop - start:
-        raise ValueError(f"FSDP2 holds {t.to_local().shape[0]} rows of a {t.shape[0]}-row tensor here, not "
+    start, stop = layout.shard_rows(t.shape[0], *_mesh_position(t.device_mesh))
+    rows = (t.to_local() if local is None else local).shape[0]
+    if rows != stop - start:
+        raise ValueError(f"FSDP2 holds {rows} rows of a {t.shape[0]}-row tensor here, not "
                          f"{stop - start}: its sharding rule changed, so checkpoints would be wrong")
     return start, stop
 
 
+@lru_cache(maxsize=16)
+def _mesh_position(mesh: DeviceMesh) -> tuple[int, int]:
+    """(size, this rank's index) of a 1-D mesh: fixed for the mesh's life, and 30 us to ask."""
+    return mesh.size(), mesh.get_local_rank()
+
+
 def held(t: torch.Tensor, name: str) -> Held:
-    """`t` (a DTensor or a plain tensor) as this rank's piece of the tensor `name`."""
-    t = t.detach()
-    start, _ = local_rows(t)
-    local = t.to_local() if isinstance(t, DTensor) else t
-    spec = layout.TensorSpec(name, tuple(t.shape), DTYPE_NAMES[t.dtype], t.element_size(), isinstance(t, DTensor))
+    """`t` (a DTensor or a plain tensor) as this rank's piece of the tensor `name`.
+
+    Every save calls this for every tensor of the state, in the loop's time: outside autograd and
+    asking the DTensor once, it costs 20 us a tensor instead of 330 (measured on a 142M model)."""
+    with torch.no_grad():
+        local = (t.to_local() if isinstance(t, DTensor) else t).detach()
+    start, _ = local_rows(t, local)
+    spec = layout.TensorSpec(name, tuple(t.shape), DTYPE_NAMES[t.dtype], local.element_size(), isinstance(t, DTensor))
     return Held(local, spec, start)
 
 

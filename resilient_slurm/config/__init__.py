@@ -25,7 +25,7 @@ Modules, one per section, then the whole:
 Everything is re-exported here: `from resilient_slurm.config import Config, ConfigError, ...`.
 """
 
-from resilient_slurm.config.checkpoint import CheckpointConfig, ColdTierConfig
+from resilient_slurm.config.checkpoint import CheckpointConfig, ColdTierConfig, MemoryTierConfig
 from resilient_slurm.config.checks import ConfigError, flatten
 from resilient_slurm.config.cluster import (
     ClusterConfig,
@@ -56,7 +56,7 @@ __all__ = [
     "DTYPES", "FINDINGS", "LORA_TARGETS", "LOSS_MODES", "PLACEMENT_PREFIXES", "PRUNERS", "SAMPLERS", "SCHEDULERS",
     "TRACKING_BACKENDS",
     "TRACKING_MODES", "Adjustment", "CheckpointConfig", "ClusterConfig", "ColdTierConfig", "Config", "ConfigError",
-    "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "HealthConfig", "LoRAConfig", "ModelConfig",
+    "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "HealthConfig", "LoRAConfig", "MemoryTierConfig", "ModelConfig",
     "MonitorConfig", "OptimConfig", "RunConfig", "SourceConfig", "SweepConfig", "TrackingConfig", "TrainConfig", "driven",
     "explicit_keys", "fit_warmup", "flatten", "min_nodes", "register_schema", "to_config", "to_dict", "train_steps", "validate",
     "world_size",

@@ -24,6 +24,20 @@ class ColdTierConfig:
 
 
 @dataclass
+class MemoryTierConfig:
+    every_steps: int = 0
+    """Save to host memory every N steps (0 = off): each rank's shards go to files under `dir` on
+    its own node, are copied to a buddy node's memory, and a restart loads from there before the
+    disk tiers. The loop waits only until the state is copied out of the live tensors (on a GPU,
+    the device-to-host copy)."""
+    dir: str = "/dev/shm/resilient_slurm"
+    """Where each node keeps the tier: <dir>/<experiment>/<run>/, in memory that outlives the
+    process (tmpfs); `%n` becomes the node's name (needed only when several nodes share a machine)."""
+    keep_last: int = 1
+    """Memory checkpoints each node keeps (1 or 2), besides the one being written."""
+
+
+@dataclass
 class CheckpointConfig:
     every_steps: int = 1000
     """Save every N steps (0 = off): milestones."""
@@ -57,6 +71,7 @@ class CheckpointConfig:
     ranks write, and after each save copies them to a buddy node over the network, so a checkpoint
     survives the loss of any one node; a resume reads local, then buddy, then cold copies."""
     cold: ColdTierConfig = field(default_factory=ColdTierConfig)
+    memory: MemoryTierConfig = field(default_factory=MemoryTierConfig)
     young_daly: bool = False
     """Set the time-based interval to sqrt(2 x save cost x MTBF) (Young-Daly) from the measured
     cost of saves (time the loop was blocked) and the failure rate seen in events.jsonl across
@@ -89,6 +104,10 @@ class CheckpointConfig:
         p.need(c.cold.optimizer_on_last >= 0 and c.cold.keep_every_steps >= 0,
                "checkpoint.cold.keep_every_steps: it and checkpoint.cold.optimizer_on_last must be >= 0; use 0 "
                "for none / on all")
+        p.need(c.memory.every_steps >= 0, f"checkpoint.memory.every_steps: {c.memory.every_steps}; set it >= 0 (0 = off)")
+        p.need(c.memory.keep_last in (1, 2), f"checkpoint.memory.keep_last: {c.memory.keep_last}; keep 1 or 2")
+        p.need(c.memory.dir.startswith("/"), f"checkpoint.memory.dir: {c.memory.dir!r} is not an absolute path; use "
+                                             "one on tmpfs, e.g. /dev/shm/resilient_slurm")
         p.need(0 < c.min_interval_s <= c.max_interval_s,
                "checkpoint.min_interval_s: must be > 0 and at most checkpoint.max_interval_s; fix one of them")
         p.need(c.mtbf_prior_h > 0, f"checkpoint.mtbf_prior_h: {c.mtbf_prior_h}; set it > 0")

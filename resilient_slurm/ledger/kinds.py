@@ -27,6 +27,7 @@ class Kind(str, Enum):
     RETENTION = "retention"
     RETENTION_FAILED = "retention_failed"
     BUDDY_COPY = "buddy_copy"
+    MEMORY_SAVE = "memory_save"
     COLD_COPY = "cold_copy"
     COLD_COPY_FAILED = "cold_copy_failed"
     COLD_COPY_CANCELLED = "cold_copy_cancelled"

@@ -109,7 +109,9 @@ class Resume(Details):
     checkpoint: str
     has_optimizer: bool
     source: str
-    """hot, or cold (copied back into the hot tier first)."""
+    """Where it was loaded from: memory (the nodes' own host memory), buddy (some from a buddy
+    node's memory copy), hot, or cold (copied back into the hot tier first); on a node-local hot
+    tier also buddy or peers (files brought from other nodes' disks)."""
     saved_world_size: int
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from resilient_slurm.ledger.kinds import Details, Kind
 
@@ -77,6 +77,32 @@ class BuddyCopy(Details):
     ok: bool
     problems: list[str]
     """Files that did not arrive whole (the checkpoint then survives only on its own nodes)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemorySave(Details):
+    """A save to the memory tier (`checkpoint.memory`) ended: committed in every node's host memory
+    and copied to the buddy nodes, or failed (the disk tiers are not affected either way)."""
+
+    KIND = Kind.MEMORY_SAVE
+    path: str
+    """The step's directory on rank 0's node."""
+    bytes: int
+    """Tensor and JSON bytes of the whole checkpoint (every rank's)."""
+    blocking_s: float
+    """Time the save call held up the loop (rank 0)."""
+    waited_s: float
+    """Of that, waiting for the previous memory save to finish (it was still running)."""
+    copy_s: float
+    """From the save call until this rank's bytes were out of the live tensors: the longest an
+    optimizer step right after the save could have waited (`MemoryTier.guard`)."""
+    seconds: float
+    """From the save call to committed in memory on every node, buddy copies not included."""
+    buddy_bytes: int
+    buddy_seconds: float
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    """Why it failed, or files that did not reach a buddy (the step then survives only where it was written)."""
 
 
 @dataclass(frozen=True, kw_only=True)

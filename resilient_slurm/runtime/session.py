@@ -34,6 +34,7 @@ from torch import nn
 from resilient_slurm import ledger
 from resilient_slurm.checkpoint.checkpointer import Checkpointer
 from resilient_slurm.checkpoint.load import CheckpointRefused, Refusal, Restored
+from resilient_slurm.checkpoint.memory import MemoryTierTooSmall
 from resilient_slurm.checkpoint.state import Snapshot, capture_snapshot, reseed_rng
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
@@ -245,7 +246,8 @@ class Session:
         self.gpu.stop()
         self.heartbeat.close()
         self.tracker.close(int(code))
-        self.checkpointer.close()
+        # A save or cold copy in flight finishes first; a finished run's memory tier goes.
+        self.checkpointer.close(finished=code == ExitCode.DONE)
         if self.owns_comm:
             self.comm.close()
         if self.context is not None and not self.context.outcomes:
@@ -292,7 +294,7 @@ class Session:
         try:
             outcome = self.checkpointer.resume(self.model, self.optimizer, self.scheduler, before_step=before_step,
                                                refusal=self.refusal)
-        except CheckpointRefused as e:
+        except (CheckpointRefused, MemoryTierTooSmall) as e:
             raise InputError(str(e)) from None
         if self.comm.rank == 0:
             for path, reason in outcome.skipped:
@@ -365,6 +367,8 @@ class Session:
         reason = self.checkpointer.step_reason(step) or ("time" if sync.save_time_due else None)
         if reason and not final:
             self.save(step, reason)
+        if self.checkpointer.memory_due(step) and not final:
+            self.checkpointer.save_memory(step, self.snapshot("memory"))
         return False
 
     def save(self, step: int, reason: str) -> None:

@@ -95,6 +95,9 @@ def test_tiny_and_8b_are_the_sft_recipe_at_two_sizes():
         ("eval.every_steps=-1", "eval.every_steps"),
         ("data.val_samples=0", "data.val_samples"),
         ("run.baseline=../x", "run.baseline"),
+        ("checkpoint.memory.every_steps=-1", "checkpoint.memory.every_steps"),
+        ("checkpoint.memory.keep_last=3", "checkpoint.memory.keep_last"),
+        ("checkpoint.memory.dir=shm", "checkpoint.memory.dir"),
     ],
 )
 def test_bad_values_give_one_line_naming_the_key(override, key):

@@ -50,9 +50,9 @@ def slow_writes(monkeypatch):
     release = threading.Event()
     real = save_module.write_files
 
-    def gated(outs, threads):
+    def gated(outs, threads, *direct):
         release.wait(10)
-        return real(outs, threads)
+        return real(outs, threads, *direct)
 
     monkeypatch.setattr(save_module, "write_files", gated)
     yield release
@@ -87,7 +87,7 @@ def test_a_failed_background_save_is_recorded_and_the_run_continues_or_stops(run
     cp.save(1, snapshot(1), "periodic")
     cp.saver.wait()
 
-    def full(outs, threads):
+    def full(outs, threads, *direct):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(save_module, "write_files", full)

@@ -39,6 +39,18 @@ def test_written_files_hold_every_segment_in_order_with_the_right_crc(tmp_path, 
         assert (d.nbytes, d.crc32) == (len(data), zlib.crc32(data))
 
 
+@pytest.mark.parametrize("sizes", [[1], [5, 4096, 1], [4096 * 3 + 1, 17, 8191], [0, 3, 0, 12289]])
+def test_buffered_writes_go_straight_from_the_segments_with_every_chunk_crc(tmp_path, monkeypatch, sizes):
+    monkeypatch.setattr(parallel_io, "_bounce", None)  # no bounce copy: it would fail here
+    monkeypatch.setattr(parallel_io, "CHUNK_BYTES", 5000)  # chunks that do not line up with the ranges
+    files = [OutFile(str(tmp_path / f"f{i}"), segments(sizes, seed=i)) for i in range(2)]
+    for f, d in zip(files, write_files(files, threads=2, direct=False)):
+        data = b"".join(bytes(s) for s in f.segments)
+        assert open(f.path, "rb").read() == data and (d.nbytes, d.crc32) == (len(data), zlib.crc32(data))
+        chunks = [zlib.crc32(data[i : i + 5000]) for i in range(0, len(data), 5000)]
+        assert d.chunks == (tuple(chunks) if len(chunks) > 1 else ())
+
+
 @pytest.mark.parametrize("nbytes", [1, 4095, 4096, 3 * 4096, 3 * 4096 + 5, 10 * 4096 + 123])
 def test_an_aligned_image_is_written_straight_from_memory(tmp_path, nbytes):
     view = memoryview(mmap.mmap(-1, parallel_io.round_up(nbytes)))  # page-aligned, as staging buffers are
