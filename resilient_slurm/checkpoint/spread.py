@@ -38,6 +38,7 @@ from resilient_slurm.checkpoint import layout, load, p2p, store
 from resilient_slurm.checkpoint.buddy import CHUNK_BYTES, ROUND_BYTES, buddy_root
 from resilient_slurm.checkpoint.manifest import Manifest, ManifestError
 from resilient_slurm.checkpoint.nodes import BUDDY_DIR, Spread, plan_fetch, rounds
+from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.reader import LoadError
 from resilient_slurm.checkpoint.safetensors_io import FormatError
 from resilient_slurm.checkpoint.collectives import Collectives
@@ -139,7 +140,7 @@ class SpreadResume:
             try:
                 source = self._bring_json(held, step, manifest)
                 if refusal is not None:
-                    refused = refusal(load.read_json(path, layout.TRAIN_STATE, manifest))
+                    refused = refusal(TrainState.from_json(load.read_json(path, layout.TRAIN_STATE, manifest)))
                 # every rank takes part in bringing the tensors, even one that refuses
                 source = self._bring_tensors(held, step, manifest, model) or source
                 if refused:
