@@ -97,6 +97,27 @@ AttemptKey = tuple[str, int, int]
 job again (the count goes up); a restart inside the allocation starts a new job step."""
 
 
+# Errors after which a process cannot be trusted to go on: its device state may be corrupt.
+CUDA_CLASS = re.compile(r"cuda error|illegal memory access|cudaerror|cublas_status|cudnn_status|nccl error|"
+                        r"uncorrectable ecc|\bxid\b|device-side assert|misaligned address", re.IGNORECASE)
+
+
+def inprocess_refusal(hung: bool, errors: Iterable[str], survivors: int, same_size: bool) -> str | None:
+    """Why the ranks that survived a failure must not restart in their own processes (None: they
+    may): after a hang or a CUDA-class error every process starts anew, as it does when no rank
+    survived or the world changes size (the survivors keep their ranks). Pure."""
+    if hung:
+        return "a hang: every process restarts (a hung rank's peers cannot be trusted to be consistent)"
+    cuda = next((e for e in errors if CUDA_CLASS.search(e)), None)
+    if cuda is not None:
+        return f"a CUDA-class error ({_short(cuda, 120)}): every process restarts, on fresh device state"
+    if survivors == 0:
+        return "no rank survived"
+    if not same_size:
+        return "the world changes size: every process restarts, resharded"
+    return None
+
+
 def attempt_key(event: Event[Any]) -> AttemptKey | None:
     if event.job_id is None:
         return None

@@ -41,6 +41,13 @@ class ClusterConfig:
     that allocation. With spares or elastic.min_nodes set, the job's batch script runs the driver
     (supervise/driver.py), which runs training as job steps."""
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
+    restart_in_process: bool = True
+    """With the driver (spare nodes or elastic shrinking): when a rank's process dies and the others
+    survive it, they restart in their own processes (no new interpreter, torch loaded, state from the
+    memory tier) and only the lost ranks start anew, on a spare. A hang or a CUDA-class error
+    restarts every process, as without it."""
+    rejoin_timeout_s: float = 120.0
+    """How long a surviving rank waits for the driver's word before it exits as any failed rank does."""
     tasks_per_node: int = 1
     """One task per rank: with GPUs, set it to gpus_per_node."""
     gpus_per_node: int = 0

@@ -118,6 +118,20 @@ class HostOom(Details):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PeerLost(Details):
+    """A collective failed because a peer's process is gone; this rank tore its trainer and process
+    group down and waits for the driver's word to restart in its process (runtime/rejoin.py). A
+    consequence of the peer's failure, not a failure of its own."""
+
+    KIND = Kind.PEER_LOST
+    error: str
+    teardown_s: float
+    """From the start of the failed attempt's trainer to torn down (this rank's process stays)."""
+    generation: int
+    """The generation it waits to join."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Hang(Details):
     KIND = Kind.HANG
     reason: str
@@ -197,6 +211,16 @@ class RestartInAllocation(Details):
     stopped the step to grow back."""
     process_s: float | None = None
     """Seconds from the failure (or the stop) to the new start's first process."""
+    path: str | None = None
+    """inprocess (the survivors went on in their processes, only the lost ranks started anew) or
+    step (every process started anew)."""
+    why: str | None = None
+    """Why the path: for a step restart after a failure, why the survivors could not go on."""
+    breakdown: dict[str, Any] | None = None
+    """Seconds of each part of the restart: detect (failure to decision), teardown, placement,
+    process_start (new processes only), rendezvous, load (and load_source: memory, buddy, hot,
+    cold), data_ready, first_step. Parts may overlap (the survivors tear down while the driver
+    decides); `latency_s` is the whole."""
 
 
 @dataclass(frozen=True, kw_only=True)

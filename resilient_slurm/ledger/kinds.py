@@ -45,6 +45,7 @@ class Kind(str, Enum):
     OUT_OF_MEMORY = "out_of_memory"
     HOST_OOM = "host_oom"
     HANG = "hang"
+    PEER_LOST = "peer_lost"
     STACKS_DUMPED = "stacks_dumped"
     FINISH = "finish"
     EXPORTED = "exported"

@@ -42,6 +42,11 @@ class Start(Details):
     """Every rank's process id, by rank: a kernel OOM-kill line names the pid."""
     hosts: list[str] | None = None
     """Every rank's host, by rank."""
+    process_starts: list[str | None] | None = None
+    """Every rank's process start (UTC), by rank: after a restart inside the surviving processes,
+    only the replacements' are new."""
+    rendezvous_s: float | None = None
+    """The longest any rank took to join the process group."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +118,8 @@ class Resume(Details):
     node's memory copy), hot, or cold (copied back into the hot tier first); on a node-local hot
     tier also buddy or peers (files brought from other nodes' disks)."""
     saved_world_size: int
+    seconds: float | None = None
+    """The load, from the first look at the tiers to the state in place."""
 
 
 @dataclass(frozen=True, kw_only=True)

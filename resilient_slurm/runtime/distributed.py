@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -53,6 +54,7 @@ class Comm:
     """The collectives the loop and the checkpointer use, on one process group."""
 
     def __init__(self, info: RankInfo, backend: str = "gloo", timeout_s: float = 300.0) -> None:
+        began = time.perf_counter()
         self.rank = info.rank
         self.world_size = info.world_size
         self.local_rank = info.local_rank
@@ -81,6 +83,8 @@ class Comm:
         self.host_group = dist.new_group(backend="gloo") if self.distributed and self.backend != "gloo" else None
         """Host-side collectives beside NCCL (None: the default group is gloo already)."""
         self._owned = True
+        self.setup_s = time.perf_counter() - began
+        """The rendezvous: joining the process group and its mesh (a restart's breakdown has it)."""
 
     @classmethod
     def adopt(cls) -> Comm:
@@ -95,6 +99,7 @@ class Comm:
         self.mesh = init_device_mesh(self.device.type, (self.world_size,))
         self.host_group = dist.new_group(backend="gloo") if self.distributed and self.backend != "gloo" else None
         self._owned = False
+        self.setup_s = 0.0
         return self
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,8 @@ from resilient_slurm.ledger import EventLog
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.runtime.distributed import Comm, RankInfo
+from resilient_slurm.runtime import rejoin
+from resilient_slurm.runtime.heartbeat import Heartbeat
 from resilient_slurm.runtime.logs import setup_logging
 from resilient_slurm.runtime.session import InputError, RunOutcome
 from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
@@ -44,24 +47,49 @@ def run(
     ends (a Slurm task requeues the job there).
     """
     stop = stop or install_stop_handlers()
-    info = info or RankInfo.from_env()
+    me: RankInfo = info or RankInfo.from_env()
     if cfg.train.deterministic:
         # cuBLAS is only deterministic with a fixed workspace, and torch refuses it in deterministic
         # mode without one; set before the first matmul creates the handle. No effect on the CPU.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    events = EventLog(RunDir(run_dir).events, rank=info.rank, context=context)
-    setup_logging(run_dir, info.rank)
-    threads = rank_threads(cfg.train.threads, int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size)))
+    events = EventLog(RunDir(run_dir).events, rank=me.rank, context=context)
+    setup_logging(run_dir, me.rank)
+    threads = rank_threads(cfg.train.threads, int(os.environ.get("LOCAL_WORLD_SIZE", me.world_size)))
     torch.set_num_threads(threads)
-    if info.rank == 0:
+    if me.rank == 0:
         log.info("%d CPU thread(s) per rank (train.threads=%d; OMP_WAIT_POLICY=%s)", threads, cfg.train.threads,
                  os.environ.get("OMP_WAIT_POLICY", "unset"))
-    try:
-        if cfg.entry:
-            from resilient_slurm.runtime.entry import run_entry
+    if cfg.entry:
+        return _guarded(lambda: _entry(cfg, run_dir, me, context or {}, stop, on_hang), events, me)
+    while True:
+        outcome = _guarded(lambda: _train(cfg, run_dir, me, events, stop, on_hang), events, me)
+        if outcome.peer_lost is None:
+            return outcome
+        # A peer is gone and this rank may go on in its own process (a driven step): the driver's word.
+        context = dict(context or {})
+        gen = rejoin.generation() + 1
+        path = rejoin.instruction_path(run_dir, str(context.get("job_id")), int(context.get("restart") or 0), gen)
+        events.emit(ledger.PeerLost(error=outcome.peer_lost, teardown_s=round(time.monotonic() - outcome.lost_at, 3),
+                                    generation=gen), outcome.step)
+        heartbeat = Heartbeat.from_env(me.rank, gen)
+        word = rejoin.await_instruction(path, cfg.cluster.rejoin_timeout_s,
+                                        lambda: heartbeat.beat(outcome.step or 0, "await_restart", 60.0))
+        heartbeat.close()
+        if word is None:
+            events.emit(ledger.Crash(error=outcome.peer_lost, traceback=""), outcome.step)
+            return RunOutcome(ExitCode.FAILED, outcome.step, error=outcome.peer_lost)
+        os.environ[rejoin.GENERATION_ENV] = str(word.generation)
+        context["job_step"] = word.job_step
+        me = RankInfo(me.rank, word.world_size, me.local_rank, word.master_addr, word.master_port, me.node)
+        events = EventLog(RunDir(run_dir).events, rank=me.rank, context=context)
+        log.info("rank %d restarts in its process (generation %d, step %d of Slurm)", me.rank, word.generation,
+                 word.job_step)
 
-            return run_entry(cfg, run_dir, info, context or {}, stop, on_hang)
-        return _train(cfg, run_dir, info, events, stop, on_hang)
+
+def _guarded(body: Callable[[], RunOutcome], events: EventLog, info: RankInfo) -> RunOutcome:
+    """`body`'s outcome; an exception it lets out recorded in the ledger and ended as an exit status."""
+    try:
+        return body()
     except InputError as e:
         error = f"{type(e).__name__}: {e}"
         events.emit(ledger.Crash(error=error, traceback=""), None)
@@ -75,9 +103,18 @@ def run(
         return RunOutcome(ExitCode.FAILED, None, error=error)
 
 
+def _entry(cfg: Config, run_dir: Path, info: RankInfo, context: dict[str, Any], stop: StopRequest,
+           on_hang: Callable[[int, str], None] | None) -> RunOutcome:
+    from resilient_slurm.runtime.entry import run_entry
+
+    return run_entry(cfg, run_dir, info, context, stop, on_hang)
+
+
 def _train(cfg: Config, run_dir: Path, info: RankInfo, events: EventLog, stop: StopRequest,
            on_hang: Callable[[int, str], None] | None) -> RunOutcome:
-    """The built-in trainer; a crash is recorded at the step it happened."""
+    """The built-in trainer; a crash is recorded at the step it happened. In a driven step that lets
+    survivors restart in their processes, a peer's death is not this rank's crash: the outcome says
+    so (`peer_lost`), after the trainer and the process group are torn down."""
     from resilient_slurm.runtime.trainer import Trainer
 
     comm: Comm | None = None
@@ -93,12 +130,16 @@ def _train(cfg: Config, run_dir: Path, info: RankInfo, events: EventLog, stop: S
         code = ExitCode.CONFIG
         raise
     except Exception as e:  # noqa: BLE001 - recorded with its step, then reported by exit status
+        error = f"{type(e).__name__}: {e}"
+        step = trainer.step if trainer is not None else None
+        if os.environ.get(rejoin.REJOIN_ENV) == "1" and rejoin.peer_gone(e):
+            log.warning("rank %d: a peer is gone (%s); waiting for the driver", info.rank, error[:200])
+            return RunOutcome(ExitCode.FAILED, step, error=error, peer_lost=error, lost_at=time.monotonic())
         if trainer is None:
             raise
-        error = f"{type(e).__name__}: {e}"
-        events.emit(ledger.Crash(error=error, traceback=traceback.format_exc(limit=8)), trainer.step)
+        events.emit(ledger.Crash(error=error, traceback=traceback.format_exc(limit=8)), step)
         log.exception("rank %d crashed", info.rank)
-        return RunOutcome(ExitCode.FAILED, trainer.step, error=error)
+        return RunOutcome(ExitCode.FAILED, step, error=error)
     finally:
         if trainer is not None:
             trainer.session.close(code)

@@ -47,6 +47,7 @@ from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.rundir.meta import read_identity
 from resilient_slurm.rundir.metrics import MetricsFile
 from resilient_slurm.runtime.distributed import Comm, RankInfo
+from resilient_slurm.runtime import rejoin
 from resilient_slurm.runtime.heartbeat import Heartbeat
 from resilient_slurm.runtime.logs import setup_logging
 from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
@@ -77,6 +78,10 @@ class RunOutcome:
     """The stop signal that ended the run (SIGUSR1, ...), if one did."""
     error: str | None = None
     """`Type: message` of the exception that ended the run, or why it gave up, if either did."""
+    peer_lost: str | None = None
+    """A peer's death ended it (a collective failed), and this rank may restart in its process."""
+    lost_at: float = 0.0
+    """time.monotonic() when the peer's death was noticed (the teardown counts from there)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +173,7 @@ class Session:
         self.watchdog = Watchdog(cfg.monitor, self.paths.logs, events, comm.rank, on_hang or (lambda s, r: None),
                                  ExitCode.FAILED)
         self.gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
-        self.heartbeat = Heartbeat.from_env(comm.rank)
+        self.heartbeat = Heartbeat.from_env(comm.rank, rejoin.generation())
         self.progress = Progress()
         self.tracked_through = -1
         self.stopped = False
@@ -227,12 +232,14 @@ class Session:
         """The attempt's `start` event (every rank's pid and host), its record line, the watchdog."""
         comm = self.comm
         # Every rank's pid: a rank the kernel's OOM killer takes is named by pid in its log.
-        ranks = comm.all_gather_object((os.getpid(), os.uname().nodename))
+        ranks = comm.all_gather_object((os.getpid(), os.uname().nodename, record.process_started(),
+                                        getattr(comm, "setup_s", 0.0)))
         if comm.rank == 0:
             log.info("run directory: %s", self.run_dir)
             self.events.emit(ledger.Start(world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
-                                          process_started=record.process_started(), pids=[p for p, _ in ranks],
-                                          hosts=[h for _, h in ranks]), 0)
+                                          process_started=ranks[0][2], pids=[r[0] for r in ranks],
+                                          hosts=[r[1] for r in ranks], process_starts=[r[2] for r in ranks],
+                                          rendezvous_s=round(max(r[3] for r in ranks), 3)), 0)
             record.record_attempt(self.run_dir, comm.world_size, data=data)
         self.announce("start")
         if self.cfg.monitor.enabled:
@@ -271,7 +278,9 @@ class Session:
     def resume(self) -> TrainState | None:
         """Load the newest checkpoint that verifies into everything registered; its train state,
         or None on a fresh start. Metrics of steps after it are moved aside (they are redone)."""
+        began = time.perf_counter()
         restored = self.load_newest()
+        load_s = time.perf_counter() - began
         step = restored.train_state.step if restored else 0
         if restored is not None:
             self._restore(restored.train_state)
@@ -281,7 +290,8 @@ class Session:
             self.metrics.truncate_after(step)
         if restored is not None and self.comm.rank == 0:
             self.events.emit(ledger.Resume(checkpoint=str(restored.path), has_optimizer=restored.has_optimizer,
-                                           source=restored.source, saved_world_size=restored.saved_world_size), step)
+                                           source=restored.source, saved_world_size=restored.saved_world_size,
+                                           seconds=round(load_s, 3)), step)
             log.info("resumed from %s (step %d)", restored.path, step)
         return restored.train_state if restored else None
 

@@ -140,3 +140,14 @@ def grow_back(alloc: Allocation, restart_s: float, mtbf_s: float) -> Placement |
     new = replace(alloc, in_use=alloc.in_use + usable, spares=tuple(n for n in alloc.spares if n not in usable))
     return Placement(Move.RESTART, new, usable, (),
                      f"grow back to {len(new.in_use)} of {alloc.target} nodes with {', '.join(usable)}")
+
+
+def keep_positions(before: Sequence[str], after: Allocation, gone: Iterable[str]) -> Allocation:
+    """`after` with its nodes in the positions of `before`: each node that is gone replaced where it
+    stood by one added, so every surviving node keeps its ranks (a restart inside the surviving
+    processes needs that). `after` itself when the nodes differ in number."""
+    gone_set, added = set(gone), [n for n in after.in_use if n not in before]
+    if len(after.in_use) != len(before) or len(added) != len(gone_set & set(before)):
+        return after
+    spare = iter(added)
+    return replace(after, in_use=tuple(next(spare) if n in gone_set else n for n in before))

@@ -41,13 +41,16 @@ class TaskReport:
 
 
 def step_argv(nodes: Sequence[str], tasks_per_node: int, command: Sequence[str], *,
-              cpus_per_task: int | None = None, gpus_per_node: int = 0, extra: Sequence[str] = ()) -> list[str]:
+              cpus_per_task: int | None = None, gpus_per_node: int = 0, extra: Sequence[str] = (),
+              survivors_stay: bool = False, env: Sequence[str] = ()) -> list[str]:
     """srun for a step of exactly these nodes. `--kill-on-bad-exit` ends the step when one task
-    ends badly, so no rank is left behind waiting in a collective. Options the step does not
-    inherit from the job (Slurm 22.05 no longer passes --cpus-per-task on) are given again."""
+    ends badly, so no rank is left behind waiting in a collective; `survivors_stay` leaves the
+    other tasks running instead (the driver restarts them in their processes, or ends the step
+    itself). `env`: more NAME=VALUE for the tasks. Options the step does not inherit from the job
+    (Slurm 22.05 no longer passes --cpus-per-task on) are given again."""
     argv = ["srun", "-v", "--unbuffered", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
-            f"--ntasks={len(nodes) * tasks_per_node}", f"--ntasks-per-node={tasks_per_node}", "--kill-on-bad-exit=1",
-            f"--export=ALL,{DRIVEN_ENV}=1"]
+            f"--ntasks={len(nodes) * tasks_per_node}", f"--ntasks-per-node={tasks_per_node}",
+            f"--kill-on-bad-exit={0 if survivors_stay else 1}", f"--export={','.join(['ALL', f'{DRIVEN_ENV}=1', *env])}"]
     if cpus_per_task:
         argv.append(f"--cpus-per-task={cpus_per_task}")
     if gpus_per_node:

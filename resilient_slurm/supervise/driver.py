@@ -54,6 +54,7 @@ from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.health import exclude_list
 from resilient_slurm.ledger import (
     FAILURES,
+    Attempt,
     Crash,
     Event,
     EventLog,
@@ -66,55 +67,28 @@ from resilient_slurm.ledger import (
     select,
 )
 from resilient_slurm.ledger import GaveUp as GaveUpEvent
+from resilient_slurm.monitor.heartbeats import culprits
+from resilient_slurm.runtime import rejoin
+from resilient_slurm.runtime.heartbeat import HEARTBEAT_ENV
 from resilient_slurm.runtime.signals import install_stop_handlers
 from resilient_slurm.runtime.threads import yield_when_idle
 from resilient_slurm.slurm import placement, scontrol, srun
-from resilient_slurm.slurm.env import expand_hostlist
+from resilient_slurm.slurm.env import expand_hostlist, master_port
 from resilient_slurm.slurm.placement import Allocation, Placement
 from resilient_slurm.slurm.step_end import judge
+from resilient_slurm.supervise.hangs import record_silence
+from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
+from resilient_slurm.supervise.restarts import record_restart
+from resilient_slurm.supervise.steps import Generation
 from resilient_slurm.supervise.task import GaveUp, requeue
 
 if TYPE_CHECKING:
     from resilient_slurm.config import Config
 
 POLL_S = 0.05
+REJOIN_SETTLE_S = 1.0
+"""After a rank's death, how long the driver lets its trace and its peers' reach the ledger."""
 METRICS_TAIL_BYTES = 4096
-
-
-@dataclass
-class _Step:
-    """One srun step and what srun has said about it, as its stderr arrives."""
-
-    proc: subprocess.Popen[bytes]
-    launched_at: float
-    nodes: tuple[str, ...]
-    step_id: int | None = None
-    reports: list[srun.TaskReport] = field(default_factory=list)
-    report_times: list[float] = field(default_factory=list)
-    origin: int | None = None
-    """How many reports came before the step was being torn down: the rest are consequences."""
-    grow: Placement | None = None
-    """The larger placement the driver stopped this step for (a shrunk run growing back)."""
-    grow_asked_at: float = 0.0
-
-    def read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            line = raw.decode("utf-8", "replace")
-            sys.stderr.write(line)
-            if self.step_id is None:
-                self.step_id = srun.parse_step_id(line)
-            report = srun.parse_report(line)
-            if report is not None:
-                self.reports.append(report)
-                self.report_times.append(time.time())
-            elif "Terminating StepId" in line and self.origin is None:
-                self.origin = len(self.reports)
-        sys.stderr.flush()
-
-    @property
-    def origin_reports(self) -> list[srun.TaskReport]:
-        return self.reports[: len(self.reports) if self.origin is None else self.origin]
 
 
 @dataclass
@@ -129,6 +103,17 @@ class _Restart:
     added: list[str]
     failed_at: float
     last_step: int | None
+    path: str = "step"
+    """inprocess or step."""
+    why: str = ""
+    """Why the path (a refused restart inside the processes)."""
+    decided_at: float = 0.0
+    placed_at: float = 0.0
+    """When the new start's processes were launched (or told to rejoin)."""
+    ended_at: float = 0.0
+    """When the failed start's processes were gone (a step restart)."""
+    replacements: tuple[int, ...] = ()
+    """Ranks whose processes are new (a restart inside the processes); empty: all."""
 
 
 class SlurmDriver:
@@ -156,7 +141,15 @@ class SlurmDriver:
         # The other warning signal than the time limit's, so the tasks' record of the stop tells
         # the driver's own stop (grow back) from the time-limit warning (requeue).
         self.grow_signal = "USR2" if self.cfg.cluster.signal == "USR1" else "USR1"
+        m = self.cfg.monitor
+        self.monitor = HeartbeatMonitor(scontrol.node_address(self.node), m.heartbeat_timeout_s, m.heartbeat_phase_s) \
+            if m.heartbeat_timeout_s > 0 and self.node else None
+        if self.monitor is not None:  # the steps' tasks inherit it (srun --export=ALL)
+            os.environ[HEARTBEAT_ENV] = self.monitor.address
+        if self.cfg.cluster.restart_in_process:
+            os.environ[rejoin.REJOIN_ENV] = "1"
         pending: _Restart | None = None
+        self.refused, self.decided_at, self.ended_at, self.hung = "", 0.0, 0.0, False
         while True:
             if self.stop.requested:
                 sys.exit(int(ExitCode.RESUME))
@@ -168,57 +161,85 @@ class SlurmDriver:
             alloc, pending = outcome
 
     # --- one step
-    def _launch(self, nodes: tuple[str, ...]) -> _Step:
+    def _launch(self, nodes: tuple[str, ...]) -> Generation:
         c = self.cfg.cluster
-        argv = srun.step_argv(nodes, c.tasks_per_node,
-                              [sys.executable, "-u", "-m", "resilient_slurm.supervise.task", str(self.path)],
-                              cpus_per_task=c.cpus_per_task, gpus_per_node=c.gpus_per_node, extra=c.srun_extra)
         _say(f"starting training on {','.join(nodes)}")
-        # stdout is the job's log, inherited; stderr is read for srun's reports (and passed on).
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        step = _Step(proc, time.time(), nodes)
-        threading.Thread(target=step.read_stderr, name="srun-stderr", daemon=True).start()
-        return step
+        gen = Generation([])
+        gen.start(self._argv(nodes, c.tasks_per_node), nodes)
+        self.hung = False
+        if self.monitor is not None:
+            self.monitor.restart(0)
+        return gen
 
-    def _watch(self, step: _Step, restart: _Restart | None, alloc: Allocation) -> Allocation:
-        """Until srun exits: kill the step at its first bad report, and record the restart that
-        started it once its first step is written (or, without one, when it ends). A run short of
-        its nodes looks at its failed nodes at each checkpoint the step commits, and stops the step
-        to grow back when nodes were returned to service and growing pays. Returns the allocation
-        as last seen."""
+    def _argv(self, nodes: tuple[str, ...], tasks_per_node: int, env: tuple[str, ...] = ()) -> list[str]:
+        c = self.cfg.cluster
+        return srun.step_argv(nodes, tasks_per_node,
+                              [sys.executable, "-u", "-m", "resilient_slurm.supervise.task", str(self.path)],
+                              cpus_per_task=c.cpus_per_task, gpus_per_node=c.gpus_per_node, extra=c.srun_extra,
+                              survivors_stay=c.restart_in_process, env=env)
+
+    def _watch(self, gen: Generation, restart: _Restart | None, alloc: Allocation) -> Allocation:
+        """Until every srun of the start exits: a bad report restarts the survivors in their processes
+        (`_in_process`) or ends the start; a rank the heartbeats find silent ends it as a hang. The
+        restart that began it (or a restart inside the processes) is recorded once its first step is
+        written (or, without one, when it ends). A run short of its nodes looks at its failed nodes
+        at each checkpoint the step commits, and stops the step to grow back when nodes were
+        returned to service and growing pays. Returns the allocation as last seen."""
         killed = False
         ledger_at = _size(RunDir(self.path).events)
         if alloc.failed:  # which failed nodes are out of service now, so their return is seen later
             alloc = placement.seen(alloc, self._usable(alloc.failed))
-        while step.proc.poll() is None:
+        while gen.running():
             time.sleep(POLL_S)
-            if step.grow is None and step.step_id is not None and len(alloc.in_use) < alloc.target and (
+            if gen.grow is None and gen.step_id is not None and len(alloc.in_use) < alloc.target and (
                     alloc.failed or alloc.spares):
                 news, ledger_at = read_new_events(RunDir(self.path).events, ledger_at)
-                if any(self._committed(e, step.step_id) for e in news):
-                    alloc = self._grow_if_it_pays(step, alloc)
+                if any(self._committed(e, gen.step_id) for e in news):
+                    alloc = self._grow_if_it_pays(gen, alloc)
             if restart is not None:
-                first_step_at = _first_step_since(RunDir(self.path).metrics, step.launched_at)
+                first_step_at = _first_step_since(RunDir(self.path).metrics, restart.placed_at or gen.launched_at)
                 if first_step_at is not None:
-                    self._record_restart(restart, step, first_step_at)
+                    record_restart(self.path, restart, self._log(gen.step_id), gen.step_id, first_step_at)
                     restart = None
-            if step.reports and not killed:
-                if step.origin is None:
-                    step.origin = len(step.reports)
-                ok, message = scontrol.kill_step(self.job_id, step.step_id)
-                killed = True
-                if not ok:
-                    _say(f"could not kill step {step.step_id}: {message}")
+            if killed:
+                continue
+            if self.monitor is not None and (silent := self.monitor.silent(range(len(alloc.in_use) *
+                                                                              self.cfg.cluster.tasks_per_node))):
+                for s in culprits(silent):
+                    node = alloc.in_use[s.rank // self.cfg.cluster.tasks_per_node]
+                    record_silence(self.path, s, None, self._context(gen.step_id, node))
+                self.hung, self.decided_at = True, time.time()
+                killed = self._kill(gen)
+            elif gen.reports:
+                if gen.origin is None:
+                    gen.origin = len(gen.reports)
+                self.decided_at = time.time()
+                moved = self._in_process(gen, alloc) if self.cfg.cluster.restart_in_process else None
+                if moved is None:
+                    killed = self._kill(gen)
+                else:
+                    alloc, restart = moved
         if restart is not None:
-            self._record_restart(restart, step, _first_step_since(RunDir(self.path).metrics, step.launched_at))
+            record_restart(self.path, restart, self._log(gen.step_id), gen.step_id,
+                           _first_step_since(RunDir(self.path).metrics, restart.placed_at or gen.launched_at))
+        self.ended_at = time.time()
         return alloc
+
+    def _kill(self, gen: Generation) -> bool:
+        """Every task of the start, at once: no rank stays behind in a collective or holding a GPU."""
+        for s in gen.sruns:
+            if s.proc.poll() is None:
+                ok, message = scontrol.kill_step(self.job_id, s.step_id)
+                if not ok:
+                    _say(f"could not kill step {s.step_id}: {message}")
+        return True
 
     def _committed(self, e: Event[Any], step_id: int) -> bool:
         """A checkpoint this step committed on its own schedule (not the one it stops or ends with)."""
         return isinstance(e.details, Save) and e.details.reason not in ("emergency", "final") \
             and recovery.attempt_key(e) == (self.job_id, self.restart, step_id)
 
-    def _grow_if_it_pays(self, step: _Step, alloc: Allocation) -> Allocation:
+    def _grow_if_it_pays(self, step: Generation, alloc: Allocation) -> Allocation:
         """At a checkpoint: take back the failed nodes returned to service, and stop the step (it
         saves, then exits) when growing onto them pays for the restart this allocation measured."""
         alloc = placement.seen(alloc, self._usable(alloc.failed))
@@ -232,7 +253,9 @@ class SlurmDriver:
             return alloc
         # To srun, which passes it on to every task of its step. Not `scancel --signal` on the
         # step: Slurm 22.05's fails (while delivering it) for a step on part of the allocation.
-        step.proc.send_signal(signal.Signals[f"SIG{self.grow_signal}"])
+        for s in step.sruns:
+            if s.proc.poll() is None:
+                s.proc.send_signal(signal.Signals[f"SIG{self.grow_signal}"])
         step.grow, step.grow_asked_at = grow, time.time()
         _say(f"stopping step {step.step_id} ({self.grow_signal}) to {grow.reason}")
         return alloc
@@ -253,7 +276,7 @@ class SlurmDriver:
             return {}
         return {n: scontrol.in_service(state) and n not in listed for n, state in states.items() if n in nodes}
 
-    def _conclude(self, step: _Step, alloc: Allocation) -> str | tuple[Allocation, _Restart]:
+    def _conclude(self, step: Generation, alloc: Allocation) -> str | tuple[Allocation, _Restart]:
         """Decide after a step ended: the result when training finished, else the next allocation
         and the restart to record (or the job is requeued, or it ends, and this does not return)."""
         ended_at = time.time()
@@ -319,7 +342,8 @@ class SlurmDriver:
         move = "shrink" if placed.move is placement.Move.SHRINK else "spare" if placed.added else "in place"
         _say(f"restarting inside the allocation ({move}): {placed.reason}")
         return placed.allocation, _Restart(decision.reason, placed.reason, move, failed, list(placed.added), failed_at,
-                                           last_step)
+                                           last_step, "step", self.refused, self.decided_at or ended_at,
+                                           ended_at=self.ended_at)
 
     def _take_out(self, nodes: list[str], reason: str) -> None:
         """Nodes the failures follow (the crash-loop guard): on the exclude list, and drained where
@@ -333,21 +357,73 @@ class SlurmDriver:
                 if not ok:
                     _say(f"could not drain {node}: {message}")
 
-    def _record_restart(self, r: _Restart, step: _Step, first_step_at: float | None) -> None:
-        key = (self.job_id, self.restart, step.step_id)
-        started = [s.details.process_started for s in select(read_events(RunDir(self.path).events), Start)
-                   if recovery.attempt_key(s) == key and s.details.process_started]
-        process_s = stamp_seconds(started[0]) - r.failed_at if started and started[0] else None
-        self._log(step.step_id).emit(RestartInAllocation(
-            cause=r.cause, placement=r.placement, replaced=r.replaced, added=r.added,
-            latency_s=None if first_step_at is None else round(first_step_at - r.failed_at, 3), move=r.move,
-            nodes=list(step.nodes), failed_at=utc_stamp(r.failed_at),
-            process_s=None if process_s is None else round(process_s, 3)), r.last_step)
-
     def _log(self, step_id: int | None, rank: int = -1, node: str | None = None) -> EventLog:
         """The driver writes under the step's attempt key; a lost task's failure under its own rank and node."""
-        context = {"job_id": self.job_id, "restart": self.restart, "job_step": step_id or 0, "node": node or self.node}
-        return EventLog(RunDir(self.path).events, rank=rank, context=context)
+        return EventLog(RunDir(self.path).events, rank=rank, context=self._context(step_id, node))
+
+    def _context(self, step_id: int | None, node: str | None = None) -> dict[str, Any]:
+        return {"job_id": self.job_id, "restart": self.restart, "job_step": step_id or 0, "node": node or self.node}
+
+    # --- a restart inside the surviving processes
+    def _in_process(self, gen: Generation, alloc: Allocation) -> tuple[Allocation, _Restart] | None:
+        """After a rank's process died: its replacement started (on a spare when its node is lost, else
+        in place), the survivors told where the next generation meets; or None, with the reason in
+        `self.refused`, when they cannot go on (a CUDA-class error, no survivor, another world size, a
+        decision that is not a restart), and the start is ended instead."""
+        c = self.cfg.cluster
+        time.sleep(REJOIN_SETTLE_S)  # the failed ranks' own traces and the survivors' peer_lost reach the ledger
+        key = (self.job_id, self.restart, gen.step_id)
+        ours = [e for e in read_events(RunDir(self.path).events) if recovery.attempt_key(e) == key]
+        origin = gen.origin_reports
+        end = judge(ours, origin)
+        last_step = max([e.step for e in ours if isinstance(e.step, int)], default=None)
+        for task in end.untraced:
+            self._log(gen.step_id, -1 if task.rank is None else task.rank, task.node).emit(
+                Crash(error=task.error, traceback=""), last_step)
+        world = len(alloc.in_use) * c.tasks_per_node
+        lost_nodes = {x.node for x in end.lost if x.rank is None}
+        failed = sorted({r for x in end.untraced if x.rank is not None for r in [x.rank]}
+                        | {e.rank for e in ours if e.kind in FAILURES and e.rank >= 0}
+                        | {r for r in range(world) if alloc.in_use[r // c.tasks_per_node] in lost_nodes})
+        gone = [*end.unhealthy, *(x.node for x in end.lost)]
+        placed = placement.after_failure(alloc, gone)
+        errors = [e.details.error for e in ours if isinstance(e.details, Crash) and e.rank in failed]
+        same_size = placed.move is placement.Move.RESTART and len(placed.allocation.in_use) == len(alloc.in_use)
+        self.refused = recovery.inprocess_refusal(False, errors, world - len(failed), same_size) or ""
+        decision = recovery.decide(end.code, end.signal, end.error, read_events(RunDir(self.path).events),
+                                   c.max_restarts)
+        if not self.refused and decision.action is not recovery.Action.REQUEUE:
+            self.refused = f"the decision is {decision.action.value}: {decision.reason}"
+        if self.refused:
+            _say(f"every process restarts: {self.refused}")
+            return None
+        new = placement.keep_positions(alloc.in_use, placed.allocation, gone)
+        replaced: dict[int, int] = {}
+        for rank in failed:
+            node = new.in_use[rank // c.tasks_per_node]
+            s = gen.start(self._argv((node,), 1, (f"{rejoin.JOIN_ENV}={gen.number + 1}",)), (node,))
+            if not s.named.wait(REJOIN_SETTLE_S * 30) or s.step_id is None:
+                self.refused = f"srun did not start the replacement of rank {rank} on {node}"
+                return None
+            replaced[s.step_id] = rank
+        failed_at = min([*gen.report_times[: len(origin)], self.decided_at])
+        step_id = min(replaced)
+        master = scontrol.node_address(new.in_use[0])
+        rejoin.write_instruction(self.path, self.job_id, self.restart, rejoin.Instruction(
+            gen.number + 1, step_id, master, master_port(self.job_id, step_id), world, replaced, c.tasks_per_node,
+            self.decided_at))
+        placed_at = time.time()
+        history = read_events(RunDir(self.path).events)
+        self._log(step_id).emit(Attempt(nodes=list(new.in_use), ntasks=world, cause=recovery.restart_cause(
+            history, (self.job_id, self.restart, step_id))), None)
+        if self.monitor is not None:
+            self.monitor.restart(gen.number + 1)
+        gen.next(step_id)
+        move = "spare" if placed.added else "in place"
+        _say(f"restarting inside the surviving processes ({move}): ranks {failed} start anew; {placed.reason}")
+        return new, _Restart(decision.reason, placed.reason, move, list(dict.fromkeys(gone)), list(placed.added),
+                             failed_at, last_step, "inprocess", "", self.decided_at, placed_at,
+                             replacements=tuple(failed))
 
 
 def _first_step_since(metrics: Path, since: float) -> float | None:

@@ -38,9 +38,15 @@ from resilient_slurm.runtime.signals import install_stop_handlers
 from resilient_slurm.runtime.threads import yield_when_idle
 
 if TYPE_CHECKING:
+    from resilient_slurm.runtime.rejoin import Instruction
+    from resilient_slurm.slurm.env import SlurmEnv
     from resilient_slurm.health.oom_watch import OomWatch
     from resilient_slurm.ledger import EventLog
     from resilient_slurm.recovery import Decision
+
+
+JOIN_TIMEOUT_S = 60.0
+"""How long a replacement rank waits for the driver to write where its generation meets."""
 
 
 class GaveUp(RuntimeError):
@@ -75,14 +81,20 @@ class SlurmTask:
         if env is None:
             raise RuntimeError("not inside a Slurm task (no SLURM_JOB_ID/SLURM_PROCID); use cluster=local")
         cfg = load_config(run_dir)
-        events = EventLog(RunDir(run_dir).events, rank=env.procid, context=env.context())
-        if env.procid == 0:
+        joining = _joining(run_dir, env)
+        rank = env.procid if joining is None else joining.replaced[env.step_id] + env.procid
+        events = EventLog(RunDir(run_dir).events, rank=rank, context=env.context())
+        if env.procid == 0 and joining is None:  # a generation's attempt is the driver's to record
             history = read_events(RunDir(run_dir).events)
             cause = recovery.restart_cause(history, env.attempt)
             events.emit(Attempt(nodes=list(env.nodes), ntasks=env.ntasks, cause=cause), None)
         os.environ["LOCAL_WORLD_SIZE"] = str(env.local_ntasks)
-        info = RankInfo(env.procid, env.ntasks, env.localid, node_address(env.nodes[0]),
-                        master_port(env.job_id, env.step_id), env.nodename)
+        if joining is None:
+            info = RankInfo(env.procid, env.ntasks, env.localid, node_address(env.nodes[0]),
+                            master_port(env.job_id, env.step_id), env.nodename)
+        else:  # a replacement rank: the generation's world, as the driver's word has it
+            info = RankInfo(rank, joining.world_size, rank % joining.tasks_per_node, joining.master_addr,
+                            joining.master_port, env.nodename)
         kernel_log = cfg.health.kernel_log.replace("%n", env.nodename) if cfg.health.kernel_log else None
         oom_watch = OomWatch(memory_cgroup_dirs(), kernel_log)  # only kills from now on count
 
@@ -178,6 +190,22 @@ def _record_host_oom(run_dir: Path, attempt: tuple[str, int, int], watch: OomWat
     if found and _claim(run_dir, attempt, "host_oom"):
         rank, verdict = found
         events.emit(HostOom(killed_rank=rank, pid=verdict.pid, source=verdict.source, evidence=verdict.evidence), step)
+
+
+def _joining(run_dir: Path, env: SlurmEnv) -> Instruction | None:
+    """A replacement step's tasks join the generation the driver started them for: its word says
+    where (it is written once srun has named the step, so they wait for it)."""
+    from resilient_slurm.runtime import rejoin
+
+    generation = os.environ.get(rejoin.JOIN_ENV)
+    if not generation:
+        return None
+    os.environ[rejoin.GENERATION_ENV] = generation
+    path = rejoin.instruction_path(run_dir, env.job_id, env.restart_count, int(generation))
+    word = rejoin.await_instruction(path, JOIN_TIMEOUT_S)
+    if word is None:
+        raise RuntimeError(f"no word from the driver at {path} within {JOIN_TIMEOUT_S:.0f} s")
+    return word
 
 
 def _claim(run_dir: Path, attempt: tuple[str, int, int], what: str = "") -> bool:

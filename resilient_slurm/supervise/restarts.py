@@ -1,0 +1,80 @@
+"""A restart inside the allocation, recorded once its new start took its first step: what it cost,
+part by part, from the failure to that step.
+
+    detect         the failure (srun's first report, a silent heartbeat) to the driver's decision
+    teardown       a step restart: the decision to the old processes gone; in process: the survivors'
+                   own teardown (their trainer and process group), which overlaps the decision
+    placement      the decision to the new processes launched (or the survivors told where to meet)
+    process_start  the launch to the new processes running (only the replacements', in process)
+    rendezvous     the longest any rank took to join the new process group
+    load           the resume's load, and where from (`load_source`: memory, buddy, hot, cold)
+    data_ready     the data opened (its cache or order files mapped)
+    first_step     the resume to the first step written
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from resilient_slurm import recovery
+from resilient_slurm.files import stamp_seconds, utc_stamp
+from resilient_slurm.ledger import DataReady, EventLog, PeerLost, RestartInAllocation, Resume, Start, read_events
+from resilient_slurm.rundir import RunDir
+
+if TYPE_CHECKING:
+    from resilient_slurm.supervise.driver import _Restart
+
+
+def record_restart(run_dir: Path, r: _Restart, events: EventLog, step_id: int | None,
+                   first_step_at: float | None) -> None:
+    history = read_events(RunDir(run_dir).events)
+    key = (events.context["job_id"], events.context["restart"], step_id)
+    mine = [e for e in history if recovery.attempt_key(e) == key]
+    starts = [e.details for e in mine if isinstance(e.details, Start)]
+    process_s = None
+    if starts and starts[0].process_started:
+        process_s = stamp_seconds(starts[0].process_started) - r.failed_at
+    events.emit(RestartInAllocation(
+        cause=r.cause, placement=r.placement, replaced=r.replaced, added=r.added,
+        latency_s=None if first_step_at is None else round(first_step_at - r.failed_at, 3), move=r.move,
+        nodes=None, failed_at=utc_stamp(r.failed_at), process_s=None if process_s is None else round(process_s, 3),
+        path=r.path, why=r.why or None, breakdown=breakdown(r, history, mine, first_step_at)), r.last_step)
+
+
+def breakdown(r: _Restart, history: list[Any], mine: list[Any], first_step_at: float | None) -> dict[str, Any]:
+    """The parts of one restart, in seconds (None where the ledger does not show them)."""
+    start = next((e.details for e in mine if isinstance(e.details, Start)), None)
+    resume = next((e for e in mine if isinstance(e.details, Resume)), None)
+    ready = next((e.details for e in mine if isinstance(e.details, DataReady)), None)
+    decided = r.decided_at or r.failed_at
+    placed = r.placed_at or decided
+    if r.path == "inprocess":
+        torn = [e.details.teardown_s for e in history if isinstance(e.details, PeerLost)
+                and e.details.generation == _generation_of(e, history, r)]
+        teardown = max(torn, default=None)
+    else:
+        teardown = r.ended_at - decided if r.ended_at else None
+    started: list[float] = []
+    if start is not None and start.process_starts:
+        ranks = r.replacements or tuple(range(len(start.process_starts)))
+        started = [stamp_seconds(s) for i, s in enumerate(start.process_starts) if s and i in ranks]
+    parts = {
+        "detect": decided - r.failed_at,
+        "teardown": teardown,
+        "placement": placed - (r.ended_at if r.path == "step" and r.ended_at else decided),
+        "process_start": max(started) - placed if started else None,
+        "rendezvous": start.rendezvous_s if start is not None else None,
+        "load": resume.details.seconds if resume is not None else None,
+        "data_ready": ready.seconds if ready is not None else None,
+        "first_step": first_step_at - stamp_seconds(resume.time) if resume is not None and first_step_at else None,
+    }
+    out: dict[str, Any] = {k: None if v is None else round(max(v, 0.0), 3) for k, v in parts.items()}
+    out["load_source"] = resume.details.source if resume is not None else None
+    return out
+
+
+def _generation_of(e: Any, history: list[Any], r: _Restart) -> int:
+    """The generation the survivors of this restart waited to join: the newest they recorded."""
+    gens = [x.details.generation for x in history if isinstance(x.details, PeerLost)]
+    return max(gens) if gens else -1

@@ -1,0 +1,97 @@
+"""The srun steps a driver runs, and what srun says about them as their stderr arrives.
+
+One start of training is a `Generation`: at first one srun step of every rank; after a restart
+inside the surviving processes, those steps go on and a replacement step joins for each lost
+node. The generation's attempt key is its newest step's id (every rank writes under it from the
+restart on), and only the reports that came after it began name its failures.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from resilient_slurm.slurm import srun
+from resilient_slurm.slurm.placement import Placement
+
+
+@dataclass
+class Srun:
+    proc: subprocess.Popen[bytes]
+    launched_at: float
+    nodes: tuple[str, ...]
+    step_id: int | None = None
+    named: threading.Event = field(default_factory=threading.Event)
+    """Set once srun said which step it created (its `-v` line)."""
+
+
+@dataclass
+class Generation:
+    sruns: list[Srun]
+    number: int = 0
+    step_id: int | None = None
+    """The attempt key's step: the first srun's, then each restart's replacement step."""
+    reports: list[srun.TaskReport] = field(default_factory=list)
+    report_times: list[float] = field(default_factory=list)
+    origin: int | None = None
+    """How many reports came before the step was being torn down: the rest are consequences."""
+    grow: Placement | None = None
+    """The larger placement the driver stopped this step for (a shrunk run growing back)."""
+    grow_asked_at: float = 0.0
+
+    @property
+    def launched_at(self) -> float:
+        return self.sruns[-1].launched_at
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return self.sruns[0].nodes
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        """The first step's srun: a signal to it reaches every task of it."""
+        return self.sruns[0].proc
+
+    def running(self) -> bool:
+        return any(s.proc.poll() is None for s in self.sruns)
+
+    def start(self, argv: list[str], nodes: tuple[str, ...], env: dict[str, str] | None = None) -> Srun:
+        """One more srun of this generation; its stderr is read (and passed on) by a thread."""
+        # stdout is the job's log, inherited; stderr is read for srun's reports.
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        s = Srun(proc, time.time(), nodes)
+        self.sruns.append(s)
+        threading.Thread(target=self._read, args=(s,), name="srun-stderr", daemon=True).start()
+        return s
+
+    def next(self, step_id: int) -> None:
+        """A restart inside the processes began: a new attempt key, its own reports from now on."""
+        self.number += 1
+        self.step_id = step_id
+        self.reports, self.report_times, self.origin = [], [], None
+
+    @property
+    def origin_reports(self) -> list[srun.TaskReport]:
+        return self.reports[: len(self.reports) if self.origin is None else self.origin]
+
+    def _read(self, s: Srun) -> None:
+        assert s.proc.stderr is not None
+        for raw in s.proc.stderr:
+            line = raw.decode("utf-8", "replace")
+            sys.stderr.write(line)
+            if s.step_id is None and (step_id := srun.parse_step_id(line)) is not None:
+                s.step_id = step_id
+                if self.step_id is None:
+                    self.step_id = step_id
+                s.named.set()
+            report = srun.parse_report(line)
+            if report is not None:
+                self.reports.append(report)
+                self.report_times.append(time.time())
+            elif "Terminating StepId" in line and self.origin is None:
+                self.origin = len(self.reports)
+        s.named.set()
+        sys.stderr.flush()
