@@ -1,154 +1,256 @@
-"""How fast a run gets going again after it loses a node: inside its allocation (a spare node) vs
-through the queue (a requeue), on the local Slurm sandbox.
+"""What a lost rank costs a run, part by part, on each restart path, and how fast a hang is found,
+on the local Slurm sandbox.
 
     tools/slurm_sandbox up; source /tmp/resilient_slurm_sandbox/env
-    python bench/restart.py [--repeats 2] [--tracking disabled|offline]
+    python bench/restart.py [--repeats 2] [--paths inprocess,step,requeue] [--hangs heartbeat,collective]
+                            [--steps 200] [--json FILE]
 
-The same tiny run (2 nodes x 1 rank, 200 steps, a checkpoint every 25) is submitted in turn with
-`cluster.spare_nodes=1` (the driver restarts it on the spare) and without (the task requeues the
-job, as before the driver existed), alternating, `--repeats` times each. At step 60 the bench
-SIGKILLs rank 1's process, which is what a node that dies looks like from the job: the process
-is gone without a trace. It prints, per run and as medians per path:
-- failure -> new process: the kill to the first process of the next attempt (its `start` event's
-  process_started) ;
-- failure -> first step: the kill to the next attempt's first metrics row;
-- the same two from the ledger alone (the report's figures: the failure as the driver or the
-  ledger's last trace saw it);
-- steps lost and goodput (the report's accounting: productive / allocated time, where the gap of a
-  restart inside the allocation is held, so allocated, and a requeue's wait is not), and
-  productive / wall time, which charges the requeue's wait too.
-The bench's own clock of the kill is the failure's true time; both sides read one clock (all the
-sandbox's nodes are this machine).
+The same tiny run (2 nodes x 1 rank, a checkpoint every 25 steps) is submitted once per path and
+repeat, the paths' order alternating between repeats. At step 60 the bench SIGKILLs rank 1's
+process (found by pid in the run's newest `start` event), which is what a node that dies looks like
+from the job: the process is gone without a trace. The paths:
+- inprocess: a spare node, cluster.restart_in_process=true (the default): rank 0 goes on in its own
+  process, rank 1 starts anew on the spare;
+- step: a spare node, cluster.restart_in_process=false: every process starts anew;
+- requeue: no spare: the job goes back to the queue (on this idle sandbox the wait is short; on a
+  busy cluster it is the queue's).
+The hang runs SIGSTOP rank 1 at step 60 instead: `heartbeat` finds it by its silent heartbeats
+(monitor.heartbeat_timeout_s), `collective` with heartbeats off, by the collective timeout
+(cluster.collective_timeout_s); both with a spare. Detection is the stop to the first `hang` or
+`crash` event after it.
 
-For the simulator (`python -m resilient_slurm.simulate --from-bench FILE`, issue 23), the JSON this
-bench writes carries these keys (all listed, with their meanings, in resilient_slurm/simulate/bench.py;
-medians, seconds unless named otherwise):
-    ranks                 world size of the runs
-    steady_step_s         a training step's median time in them
-    heartbeat_timeout_s   monitor.heartbeat_timeout_s of the hang runs
-    heartbeat_detect_s    SIGSTOP of one rank -> the monitor's hang decision
-    collective_timeout_s  cluster.collective_timeout_s of the hang runs
-    collective_detect_s   the same hang found by the collective timeout
-    crash_detect_s        SIGKILL of one rank -> the driver's decision
-    <path>_<part>_s       each restart's breakdown as its restart event records it, for path inprocess,
-                          step or requeue, and part detect, teardown, placement, process_start,
-                          rendezvous, load, data_ready, first_step (first_step: its start to its end)
-    <path>_restart_s      failure -> the first step's end
-    <path>_load_source    memory, buddy, hot or cold
-The simulator takes in_alloc_restart_s and restart_s from the step and requeue breakdowns (less
-detect, load and one steady step), and the in-process restart's costs from the inprocess one.
+It prints each run and a table of medians: each part of the restart as the driver recorded it
+(`restart_in_allocation.breakdown`, supervise/restarts.py; for a requeue, the same parts from the
+ledger: detect = the kill to the first crash recorded, teardown = to the requeue, placement = the
+queue to the first new process, then as the others), the whole from the kill to the next first
+step by the bench's own clock, steps lost and goodput. Parts may overlap (an in-process survivor
+tears down while the driver decides), so they need not add up to the whole.
+
+`--json FILE` writes the medians under the keys the simulator reads (resilient_slurm/simulate/bench.py,
+`python -m resilient_slurm.simulate --from-bench FILE`): ranks, steady_step_s, crash_detect_s,
+heartbeat_timeout_s, heartbeat_detect_s, collective_timeout_s, collective_detect_s,
+<path>_<part>_s for each part, <path>_restart_s (the kill to the first step) and <path>_load_source.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from resilient_slurm.analysis.goodput import account  # noqa: E402
-from resilient_slurm.rundir.metrics import lost_path, read_metrics  # noqa: E402
+from resilient_slurm.analysis.goodput import BREAKDOWN_PARTS, account  # noqa: E402
 from resilient_slurm.files import stamp_seconds  # noqa: E402
-from resilient_slurm.ledger import Start, read_events, select  # noqa: E402
+from resilient_slurm.ledger import (  # noqa: E402
+    Crash,
+    DataReady,
+    Hang,
+    Requeue,
+    RestartInAllocation,
+    Resume,
+    Start,
+    read_events,
+    select,
+)
+from resilient_slurm.rundir.metrics import lost_path, read_metrics  # noqa: E402
 
 TINY = ["+experiment=tiny_sft", "model.hidden_size=64", "model.intermediate_size=160", "model.num_layers=2",
         "model.num_heads=4", "model.num_kv_heads=2", "data.seq_len=64", "data.global_batch_size=4",
-        "data.micro_batch_size=2", "optim.warmup_steps=10", "train.log_every_steps=50", "train.max_steps=200",
-        "checkpoint.every_steps=25", "eval.every_steps=0", "train.threads=1", "cluster=slurm", "cluster.nodes=2",
-        "cluster.tasks_per_node=1", "cluster.collective_timeout_s=60", "cluster.time_min=10",
-        "fault.step_sleep_s=0.05"]
-PATHS = {"in allocation": ["cluster.spare_nodes=1"], "requeue": []}
-KILL_AT_STEP = 60
-FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
+        "data.micro_batch_size=2", "optim.warmup_steps=10", "train.log_every_steps=50", "checkpoint.every_steps=25",
+        "eval.every_steps=0", "train.threads=1", "cluster=slurm", "cluster.nodes=2", "cluster.tasks_per_node=1",
+        "cluster.time_min=10", "fault.step_sleep_s=0.05", "tracking.mode=disabled"]
+SPARE = ["cluster.spare_nodes=1"]
+PATHS = {"inprocess": SPARE, "step": [*SPARE, "cluster.restart_in_process=false"], "requeue": []}
+HEARTBEAT_TIMEOUT_S = 10.0
+COLLECTIVE_TIMEOUT_S = 30.0
+HANGS = {"heartbeat": [*SPARE, f"monitor.heartbeat_timeout_s={HEARTBEAT_TIMEOUT_S:g}",
+                       f"cluster.collective_timeout_s={COLLECTIVE_TIMEOUT_S * 4:g}"],
+         "collective": [*SPARE, "monitor.heartbeat_timeout_s=0", f"cluster.collective_timeout_s={COLLECTIVE_TIMEOUT_S:g}"]}
+FAULT_AT_STEP = 60
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "GONE"}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--tracking", default="disabled", help="tracking.mode of the runs (offline adds wandb's "
-                                                                "start-up to every start, on both paths)")
-    args = parser.parse_args()
+    parser.add_argument("--paths", default=",".join(PATHS), help=f"of {', '.join(PATHS)}")
+    parser.add_argument("--hangs", default=",".join(HANGS), help=f"of {', '.join(HANGS)} (empty: none)")
+    parser.add_argument("--steps", type=int, default=200, help="train.max_steps of each run (> 60)")
+    parser.add_argument("--json", type=Path, help="write the medians for the simulator here")
+    args = parser.parse_args(argv)
+    paths = [p for p in args.paths.split(",") if p]
+    hangs = [h for h in args.hangs.split(",") if h]
+    unknown = sorted(set(paths) - set(PATHS)) + sorted(set(hangs) - set(HANGS))
+    if unknown or args.steps <= FAULT_AT_STEP + 5:
+        sys.exit(f"bench/restart.py: {', '.join(unknown) or f'--steps {args.steps}'}: choose paths of "
+                 f"{', '.join(PATHS)}, hangs of {', '.join(HANGS)}, and more than {FAULT_AT_STEP + 5} steps")
     if "SLURM_CONF" not in os.environ:
         sys.exit("bench/restart.py: no SLURM_CONF; run tools/slurm_sandbox up and source its env file")
     root = Path(tempfile.mkdtemp(prefix="bench-restart-"))
-    rows: list[tuple[str, dict[str, float | None]]] = []
     load = os.getloadavg()[0]
+    crashes: dict[str, list[dict[str, Any]]] = {p: [] for p in paths}
+    detects: dict[str, list[float]] = {h: [] for h in hangs}
     for i in range(args.repeats):
-        order = list(PATHS) if i % 2 == 0 else list(reversed(PATHS))
-        for path in order:
-            name = f"{path.replace(' ', '-')}-{i}"
-            rows.append((path, one_run(root, name, PATHS[path] + [f"tracking.mode={args.tracking}"])))
-            print(f"  {name}: {fmt(rows[-1][1])}", flush=True)
+        for path in paths if i % 2 == 0 else paths[::-1]:
+            r = crash_run(root, f"{path}-{i}", [*PATHS[path], f"train.max_steps={args.steps}"])
+            crashes[path].append(r)
+            print(f"  {path}-{i}: {one_line(r)}", flush=True)
+        for hang in hangs if i % 2 == 0 else hangs[::-1]:
+            detects[hang].append(hang_run(root, f"hang-{hang}-{i}", [*HANGS[hang], f"train.max_steps={args.steps}"]))
+            print(f"  hang-{hang}-{i}: found after {detects[hang][-1]:.1f}s", flush=True)
     print(f"\nload average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (2 cores, shared); "
-          f"tracking.mode={args.tracking}; runs under {root}\n")
-    table(rows)
+          f"2 nodes x 1 rank, the sandbox's nodes on one machine; runs under {root}\n")
+    medians = summarize(crashes, detects)
+    print(table(medians, paths, hangs, args.repeats))
+    if args.json:
+        args.json.write_text(json.dumps(medians, indent=1, sort_keys=True) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0
 
 
-def one_run(root: Path, name: str, extra: list[str]) -> dict[str, float | None]:
+def submit(root: Path, name: str, extra: list[str]) -> tuple[str, Path]:
     done = subprocess.run([sys.executable, "-m", "resilient_slurm.launch", *TINY, f"run.root={root}",
                            f"run.name={name}", *extra], cwd=REPO, capture_output=True, text=True, timeout=300)
-    if done.returncode:
+    found = re.search(r"submitted job (\d+)", done.stdout)
+    if done.returncode or found is None:
         sys.exit(f"bench/restart.py: launch failed:\n{done.stdout}{done.stderr}")
-    job = re.search(r"submitted job (\d+)", done.stdout).group(1)  # type: ignore[union-attr]
-    rdir = root / "tiny_sft" / name
-    wait(lambda: last_step(rdir) >= KILL_AT_STEP, 300, f"step {KILL_AT_STEP} of {name}")
-    pid = wait(lambda: rank_pid(job, 1), 60, f"rank 1 of job {job}")
+    return found.group(1), root / "tiny_sft" / name
+
+
+def crash_run(root: Path, name: str, extra: list[str]) -> dict[str, Any]:
+    job, rdir = submit(root, name, extra)
+    wait(lambda: last_step(rdir) >= FAULT_AT_STEP, 300, f"step {FAULT_AT_STEP} of {name}")
     killed_at = time.time()
-    os.kill(pid, 9)
+    os.kill(rank_pid(rdir, 1), signal.SIGKILL)
     wait(lambda: job_state(job) in FINISHED, 600, f"job {job} to end")
     events = read_events(rdir / "events.jsonl")
     kept = read_metrics(rdir / "metrics.jsonl")
     acc = account(events, kept, read_metrics(lost_path(rdir / "metrics.jsonl")))
     if len(acc.attempts) < 2 or not acc.finished:
         sys.exit(f"bench/restart.py: {name} did not restart and finish: {[a.outcome for a in acc.attempts]}")
-    second = acc.attempts[1]
-    started = [stamp_seconds(s.details.process_started) for s in select(events, Start)
-               if s.details.process_started and stamp_seconds(s.details.process_started) > killed_at]
-    restart = acc.restart_list[0]
-    return {
-        "process_s": min(started) - killed_at if started else None,
-        "first_step_s": None if second.first_step_s is None else second.first_step_s - killed_at,
-        "ledger_process_s": restart.process_s, "ledger_first_step_s": restart.first_step_s,
-        "steps_lost": float(acc.steps_lost), "goodput": acc.time.goodput,
-        "wall_goodput": acc.time.productive_s / (acc.attempts[-1].end_s - acc.attempts[0].begin_s),
-        "in_allocation": float(restart.in_allocation),
+    after = [stamp_seconds(r["time"]) for r in kept if stamp_seconds(r["time"]) > killed_at]
+    records = select(events, RestartInAllocation)
+    if records:
+        parts = dict(records[0].details.breakdown or {})
+        path = records[0].details.path
+    else:
+        parts, path = requeue_parts(events, killed_at, min(after) if after else None), "requeue"
+    steps = [r["step_seconds"] for r in kept if r.get("step_seconds") and stamp_seconds(r["time"]) < killed_at]
+    return {"path": path, **parts, "restart": min(after) - killed_at if after else None,
+            "steps_lost": float(acc.steps_lost), "goodput": acc.time.goodput,
+            "steady_step": statistics.median(steps) if steps else None}
+
+
+def requeue_parts(events: list[Any], killed_at: float, first_step_at: float | None) -> dict[str, Any]:
+    """The parts of a restart through the queue, from the ledger (the driver records none)."""
+    def first(kind: type, since: float) -> Any:
+        return next((e for e in select(events, kind) if stamp_seconds(e.time) >= since), None)  # type: ignore[var-annotated]
+
+    crash, requeue = first(Crash, killed_at), first(Requeue, killed_at)
+    start, resume, ready = first(Start, killed_at), first(Resume, killed_at), first(DataReady, killed_at)
+    process = [stamp_seconds(s) for s in (start.details.process_starts or []) if s] if start else []
+    rendezvous = start.details.rendezvous_s or 0.0 if start else 0.0
+    parts = {
+        "detect": stamp_seconds(crash.time) - killed_at if crash else None,
+        "teardown": stamp_seconds(requeue.time) - stamp_seconds(crash.time) if crash and requeue else None,
+        "placement": min(process) - stamp_seconds(requeue.time) if process and requeue else None,
+        "process_start": stamp_seconds(start.time) - rendezvous - min(process) if process and start else None,
+        "rendezvous": rendezvous if start else None,
+        "load": resume.details.seconds if resume else None,
+        "data_ready": ready.details.seconds if ready else None,
+        "first_step": first_step_at - stamp_seconds(resume.time) if resume and first_step_at else None,
     }
+    return {**{k: None if v is None else round(max(v, 0.0), 3) for k, v in parts.items()},
+            "load_source": resume.details.source if resume else None}
 
 
-def table(rows: list[tuple[str, dict[str, float | None]]]) -> None:
-    keys = [("failure -> new process", "process_s", "s"), ("failure -> first step", "first_step_s", "s"),
-            ("  (ledger) -> new process", "ledger_process_s", "s"), ("  (ledger) -> first step", "ledger_first_step_s", "s"),
-            ("steps lost", "steps_lost", ""), ("goodput (of allocated)", "goodput", "%"),
-            ("productive / wall time", "wall_goodput", "%")]
-    print(f"{'median of ' + str(sum(p == 'requeue' for p, _ in rows)) + ' runs each':<28}"
-          + "".join(f"{p:>16}" for p in PATHS) + f"{'ratio':>10}")
-    for label, key, unit in keys:
-        medians = []
-        for path in PATHS:
-            values = [r[key] for p, r in rows if p == path and r[key] is not None]
-            medians.append(statistics.median(values) if values else None)
-        cells = [cell(m, unit) for m in medians]
-        ratio = f"{medians[0] / medians[1]:.2f}" if None not in medians and medians[1] else "-"
-        print(f"{label:<28}" + "".join(f"{c:>16}" for c in cells) + f"{ratio:>10}")
+def hang_run(root: Path, name: str, extra: list[str]) -> float:
+    job, rdir = submit(root, name, extra)
+    wait(lambda: last_step(rdir) >= FAULT_AT_STEP, 300, f"step {FAULT_AT_STEP} of {name}")
+    pid = rank_pid(rdir, 1)
+    stopped_at = time.time()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        found = wait(lambda: first_after(rdir, stopped_at), 300, f"the hang in {name} to be found")
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30)
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    wait(lambda: job_state(job) in FINISHED, 120, f"job {job} to end")
+    return found - stopped_at
 
 
-def cell(value: float | None, unit: str) -> str:
-    if value is None:
-        return "-"
-    return f"{100 * value:.1f}%" if unit == "%" else f"{value:.1f}{unit}"
+def first_after(rdir: Path, since: float) -> float | None:
+    """When the first hang or crash after `since` was recorded: the hang found."""
+    times = [stamp_seconds(e.time) for e in read_events(rdir / "events.jsonl")
+             if isinstance(e.details, (Hang, Crash)) and stamp_seconds(e.time) >= since]
+    return min(times) if times else None
 
 
-def fmt(r: dict[str, float | None]) -> str:
-    return (f"new process {cell(r['process_s'], 's')}, first step {cell(r['first_step_s'], 's')}, "
-            f"steps lost {cell(r['steps_lost'], '')}, goodput {cell(r['goodput'], '%')}")
+def summarize(crashes: dict[str, list[dict[str, Any]]], detects: dict[str, list[float]]) -> dict[str, Any]:
+    """Medians under the simulator's keys (simulate/bench.py)."""
+    out: dict[str, Any] = {"ranks": 2}
+    steady = [r["steady_step"] for runs in crashes.values() for r in runs if r["steady_step"] is not None]
+    if steady:
+        out["steady_step_s"] = round(statistics.median(steady), 4)
+    for path, runs in crashes.items():
+        for key in (*BREAKDOWN_PARTS, "restart"):
+            values = [r[key] for r in runs if r.get(key) is not None]
+            if values:
+                out[f"{path}_{key}_s"] = round(statistics.median(values), 3)
+        sources = sorted({r["load_source"] for r in runs if r.get("load_source")})
+        if sources:
+            out[f"{path}_load_source"] = ",".join(sources)
+        out[f"{path}_steps_lost"] = statistics.median(r["steps_lost"] for r in runs) if runs else None
+        goodputs = [r["goodput"] for r in runs if r["goodput"] is not None]
+        out[f"{path}_goodput"] = round(statistics.median(goodputs), 4) if goodputs else None
+    detected = [out[f"{p}_detect_s"] for p in crashes if p != "requeue" and f"{p}_detect_s" in out]
+    if detected:
+        out["crash_detect_s"] = round(statistics.median(detected), 3)
+    for hang, values in detects.items():
+        if values:
+            out[f"{hang}_detect_s"] = round(statistics.median(values), 3)
+            out[f"{hang}_timeout_s"] = HEARTBEAT_TIMEOUT_S if hang == "heartbeat" else COLLECTIVE_TIMEOUT_S
+    return out
+
+
+def table(m: dict[str, Any], paths: list[str], hangs: list[str], repeats: int) -> str:
+    def cell(key: str, unit: str = "s") -> str:
+        value = m.get(key)
+        if value is None:
+            return "-"
+        if isinstance(value, str):
+            return value
+        return f"{100 * value:.1f}%" if unit == "%" else f"{value:.2f}{unit}"
+
+    rows = [f"{'median of ' + str(repeats) + ' run(s)':<26}" + "".join(f"{p:>12}" for p in paths)]
+    for part in BREAKDOWN_PARTS:
+        rows.append(f"{part:<26}" + "".join(f"{cell(f'{p}_{part}_s'):>12}" for p in paths))
+    rows.append(f"{'load from':<26}" + "".join(f"{cell(f'{p}_load_source'):>12}" for p in paths))
+    rows.append(f"{'kill -> first step':<26}" + "".join(f"{cell(f'{p}_restart_s'):>12}" for p in paths))
+    rows.append(f"{'steps lost':<26}" + "".join(f"{cell(f'{p}_steps_lost', ''):>12}" for p in paths))
+    rows.append(f"{'goodput (of allocated)':<26}" + "".join(f"{cell(f'{p}_goodput', '%'):>12}" for p in paths))
+    for hang in hangs:
+        rows.append(f"hang found by {hang} (timeout {cell(f'{hang}_timeout_s')}): {cell(f'{hang}_detect_s')}")
+    return "\n".join(rows)
+
+
+def one_line(r: dict[str, Any]) -> str:
+    parts = ", ".join(f"{k} {r[k]:.2f}" for k in BREAKDOWN_PARTS if r.get(k) is not None)
+    return f"{r['path']}: kill -> first step {r['restart'] or 0:.1f}s ({parts}; from {r.get('load_source')})"
 
 
 def last_step(rdir: Path) -> int:
@@ -156,24 +258,13 @@ def last_step(rdir: Path) -> int:
     return rows[-1]["step"] if rows else 0
 
 
-def rank_pid(job: str, procid: int) -> int | None:
-    """The training process of rank `procid` (every sandbox node is this machine)."""
-    want = {f"SLURM_JOB_ID={job}".encode(), f"SLURM_PROCID={procid}".encode()}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if not Path(argv[0].decode()).name.startswith("python"):
-                continue
-            if b"resilient_slurm.supervise.task" not in argv and b"submitit.core._submit" not in argv:
-                continue
-            env = set((proc / "environ").read_bytes().split(b"\0"))
-        except OSError:
-            continue
-        if want <= env and b"SLURM_STEP_ID=batch" not in env:
-            return int(proc.name)
-    return None
+def rank_pid(rdir: Path, rank: int) -> int:
+    """Rank `rank`'s process as the run's newest start recorded it (every sandbox node is this machine)."""
+    def pid() -> int | None:
+        starts = select(read_events(rdir / "events.jsonl"), Start)
+        pids = starts[-1].details.pids if starts else None
+        return pids[rank] if pids and len(pids) > rank and Path(f"/proc/{pids[rank]}").exists() else None
+    return wait(pid, 60, f"rank {rank}'s process in {rdir}")
 
 
 def job_state(job: str) -> str:
@@ -183,7 +274,7 @@ def job_state(job: str) -> str:
     return m.group(1) if m else "GONE"
 
 
-def wait(probe, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
+def wait(probe: Any, timeout_s: float, what: str) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = probe()
@@ -194,4 +285,4 @@ def wait(probe, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

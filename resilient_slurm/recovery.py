@@ -102,12 +102,19 @@ CUDA_CLASS = re.compile(r"cuda error|illegal memory access|cudaerror|cublas_stat
                         r"uncorrectable ecc|\bxid\b|device-side assert|misaligned address", re.IGNORECASE)
 
 
+# A peer that timed out in a collective: some rank is hung (a stopped process, a stuck GPU).
+COLLECTIVE_TIMEOUT = re.compile(r"timed out|timeout|watchdog caught collective", re.IGNORECASE)
+
+
 def inprocess_refusal(hung: bool, errors: Iterable[str], survivors: int, same_size: bool) -> str | None:
     """Why the ranks that survived a failure must not restart in their own processes (None: they
     may): after a hang or a CUDA-class error every process starts anew, as it does when no rank
     survived or the world changes size (the survivors keep their ranks). Pure."""
-    if hung:
-        return "a hang: every process restarts (a hung rank's peers cannot be trusted to be consistent)"
+    errors = list(errors)
+    timed_out = next((e for e in errors if COLLECTIVE_TIMEOUT.search(e)), None)
+    if hung or timed_out is not None:
+        return (f"a hang{f' ({_short(timed_out, 120)})' if timed_out else ''}: every process restarts (a hung "
+                f"rank cannot be told to rejoin, and its peers' state may differ)")
     cuda = next((e for e in errors if CUDA_CLASS.search(e)), None)
     if cuda is not None:
         return f"a CUDA-class error ({_short(cuda, 120)}): every process restarts, on fresh device state"

@@ -71,6 +71,11 @@ class Attempt:
         return self.end_s - self.begin_s
 
 
+BREAKDOWN_PARTS = ("detect", "teardown", "placement", "process_start", "rendezvous", "load", "data_ready",
+                   "first_step")
+"""The parts of a restart inside the allocation, in the order they happen."""
+
+
 @dataclass(frozen=True)
 class Restart:
     """How attempt `index` followed the one before it."""
@@ -85,6 +90,10 @@ class Restart:
     """From the failure to the new attempt's first process."""
     first_step_s: float | None
     """From the failure to its first step."""
+    path: str | None = None
+    """Inside the allocation: inprocess (the survivors went on in their processes) or step."""
+    breakdown: dict[str, Any] | None = None
+    """The restart part by part, as the driver recorded it (`supervise/restarts.py`)."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +236,7 @@ def _restart(before: Attempt, after: Attempt, records: list[Event[RestartInAlloc
         index=after.index, in_allocation=after.in_allocation, cause=cause_label(after.cause or ""),
         move=record.details.move if record else None, process_s=after.begin_s - failed_at,
         first_step_s=None if after.first_step_s is None else after.first_step_s - failed_at,
+        path=record.details.path if record else None, breakdown=record.details.breakdown if record else None,
     )
 
 

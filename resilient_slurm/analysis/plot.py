@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.analysis.goodput import BREAKDOWN_PARTS
 from resilient_slurm.analysis.summary import Summary
 from resilient_slurm.files import stamp_seconds
 from resilient_slurm.ledger import Save, select
@@ -53,9 +54,14 @@ def plot(s: Summary, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (loss_ax, time_ax) = plt.subplots(2, 1, figsize=(11, 7.5), gridspec_kw={"height_ratios": [3, 1.2]})
-    _loss(loss_ax, s)
-    _timeline(time_ax, s)
+    broken_down = [r for r in s.acc.restart_list if r.breakdown]
+    ratios = [3, 1.2] + ([0.4 + 0.3 * len(broken_down)] if broken_down else [])
+    fig, axes = plt.subplots(len(ratios), 1, figsize=(11, 7.5 + 2 * bool(broken_down)),
+                             gridspec_kw={"height_ratios": ratios})
+    _loss(axes[0], s)
+    _timeline(axes[1], s)
+    if broken_down:
+        _restart_parts(axes[2], broken_down)
     fig.suptitle(f"{s.files.meta.get('name', s.files.path.name)}  (goodput "
                  f"{'-' if s.acc.time.goodput is None else f'{100 * s.acc.time.goodput:.1f}%'})")
     fig.tight_layout()
@@ -99,3 +105,23 @@ def _timeline(ax: Any, s: Summary) -> None:
     ax.set_yticks([1, 2, 3], ["saves / eval", "steps", "attempts"])
     ax.set_xlabel("seconds since the first attempt began")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), fontsize=8, ncol=5, frameon=False)
+
+
+_PART_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#1f77b4", "#9467bd", "#2ca02c")
+
+
+def _restart_parts(ax: Any, restarts: list[Any]) -> None:
+    """Each restart inside the allocation as one stacked bar of its parts (supervise/restarts.py).
+    Parts may overlap in time (survivors tear down while the driver decides), so a bar can be
+    longer than the restart's latency, which the black tick marks."""
+    for y, r in enumerate(restarts):
+        left = 0.0
+        for part, color in zip(BREAKDOWN_PARTS, _PART_COLORS):
+            width = (r.breakdown or {}).get(part) or 0.0
+            ax.barh(y, width, left=left, color=color, label=part if y == 0 else None)
+            left += width
+        if r.first_step_s is not None:
+            ax.plot([r.first_step_s] * 2, [y - 0.4, y + 0.4], color="black", lw=2)
+    ax.set_yticks(range(len(restarts)), [f"#{r.index} {r.path or ''} {r.move or ''}" for r in restarts], fontsize=8)
+    ax.set_xlabel("seconds of each restart inside the allocation, part by part (tick: failure to first step)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), fontsize=8, ncol=8, frameon=False)

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.analysis.goodput import Restart
+from resilient_slurm.analysis.goodput import BREAKDOWN_PARTS, Restart
 from resilient_slurm.analysis.summary import ReportError, Summary, load, summarize
 from resilient_slurm.config import ConfigError
 from resilient_slurm.tracking.mlflow_store import StoredRun, is_file_store
@@ -131,6 +131,21 @@ def _restart_lines(restarts: list[Restart]) -> list[str]:
         latencies = ", ".join(f"{_maybe(r.process_s)} / {_maybe(r.first_step_s)}" for r in group)
         out.append(f"  {'restarts' if not out else '':<12}{label} {len(group)} ({kinds})")
         out.append(f"  {'':<14}failure -> new process / first step: {latencies}")
+    return out + _breakdown_lines(restarts)
+
+
+def _breakdown_lines(restarts: list[Restart]) -> list[str]:
+    """A table of the restarts inside the allocation, part by part (seconds; parts may overlap)."""
+    rows = [r for r in restarts if r.breakdown]
+    if not rows:
+        return []
+    heads = ["attempt", "path", "move", *BREAKDOWN_PARTS, "source", "total"]
+    table = [[f"#{r.index}", r.path or "-", r.move or "-",
+              *("-" if (r.breakdown or {}).get(k) is None else f"{(r.breakdown or {})[k]:.2f}" for k in BREAKDOWN_PARTS),
+              (r.breakdown or {}).get("load_source") or "-", _maybe(r.first_step_s)] for r in rows]
+    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(heads)]
+    out = [f"  {'':<12}restart breakdown (s): " + "  ".join(h.ljust(w) for h, w in zip(heads, widths))]
+    out += [f"  {'':<12}{'':<23}" + "  ".join(c.ljust(w) for c, w in zip(t, widths)) for t in table]
     return out
 
 

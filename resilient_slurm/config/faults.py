@@ -21,6 +21,9 @@ class FaultConfig:
     oom_at_step: int = 0
     """Raise torch.OutOfMemoryError, what the CUDA allocator raises, in the forward of this step (on
     `ranks`) while the micro-batch is data.micro_batch_size: a step that fits only at a smaller one."""
+    cuda_error_at_step: int = 0
+    """Raise the RuntimeError a CUDA illegal memory access raises when this step begins (on `ranks`),
+    once per run: a fault after which the process's device state cannot be trusted."""
     leak_mb_per_step: float = 0.0
     """Keep this many more MB of host memory every step (on `ranks`): a leak."""
     ranks: list[int] = field(default_factory=list)

@@ -4,6 +4,7 @@ call `rank.run`.
 
 Modules, from the rank outwards:
     rank         one rank's life: the built-in trainer or a user's entry=, with its exit status
+    rejoin       a survivor of a peer's death waits for the driver's word and goes on in its process
     session      the resilience layer of one rank: agreed stop, saves, resume, ledger, metrics, tracker
     trainer      the built-in trainer, the session's first user: data, model, OOM retry, rollback,
                  evaluation, pause, export

@@ -11,6 +11,7 @@ from torch import nn
 from resilient_slurm.config import FaultConfig
 
 HANG_S = 10**9
+CUDA_ERROR = "CUDA error: an illegal memory access was encountered"
 
 
 class InjectedFault(RuntimeError):
@@ -18,11 +19,14 @@ class InjectedFault(RuntimeError):
 
 
 class FaultInjector:
-    def __init__(self, cfg: FaultConfig, rank: int, hung_before: bool, configured_micro_batch: int) -> None:
+    def __init__(self, cfg: FaultConfig, rank: int, hung_before: bool, configured_micro_batch: int,
+                 cuda_error_before: bool = False) -> None:
         self.cfg = cfg
         self.active = not cfg.ranks or rank in cfg.ranks
         self.hung_before = hung_before
         """A hang is transient: once the run's ledger has one, the drill does not hang again."""
+        self.cuda_error_before = cuda_error_before
+        """So is the CUDA error: once the ledger has its crash, it does not come again."""
         self.configured_micro_batch = configured_micro_batch
         self.oom_armed = False
         self.leaked: list[bytes] = []
@@ -41,6 +45,8 @@ class FaultInjector:
             return
         if self.cfg.raise_at_step and step == self.cfg.raise_at_step:
             raise InjectedFault(f"injected failure at step {step} (fault.raise_at_step)")
+        if self.cfg.cuda_error_at_step and step == self.cfg.cuda_error_at_step and not self.cuda_error_before:
+            raise RuntimeError(f"{CUDA_ERROR} (fault.cuda_error_at_step)")
         if self.cfg.hang_at_step and step == self.cfg.hang_at_step and not self.hung_before:
             time.sleep(HANG_S)
         if self.cfg.step_sleep_s:

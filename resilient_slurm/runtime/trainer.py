@@ -79,7 +79,9 @@ class Trainer:
         self.sampler.set_micro_batch_size(micro_batch_after(history, cfg.data.micro_batch_size,
                                                             self.sampler.rows_per_rank))
         self.faults = FaultInjector(cfg.fault, comm.rank, hung_before=bool(ledger.select(history, ledger.Hang)),
-                                    configured_micro_batch=cfg.data.micro_batch_size)
+                                    configured_micro_batch=cfg.data.micro_batch_size,
+                                    cuda_error_before=any("fault.cuda_error_at_step" in c.details.error
+                                                          for c in ledger.select(history, ledger.Crash)))
         self.faults.attach(self.model)
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.evaluator = Evaluator(cfg, self.model, comm, self.pipeline.data, self.sampler.micro_batch_size,

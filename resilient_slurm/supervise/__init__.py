@@ -10,4 +10,6 @@ Modules, in the order a run meets them:
     driver        with spare nodes or elastic shrinking: runs training as job steps, restarts it
                   inside the allocation after a failure, requeues when it cannot, grows a shrunk
                   run back at a checkpoint onto nodes returned to service
+    steps         the srun steps of one start (a generation): srun's reports as they arrive
+    restarts      a restart inside the allocation recorded, with its breakdown part by part
 """

@@ -38,16 +38,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from resilient_slurm.rundir import RunDir
-from resilient_slurm.files import stamp_seconds, utc_stamp
+from resilient_slurm.files import stamp_seconds
 from resilient_slurm import recovery
 from resilient_slurm.checkpoint.interval import failure_history, mtbf_s
 from resilient_slurm.exit_codes import ExitCode
@@ -61,7 +59,6 @@ from resilient_slurm.ledger import (
     NodeUnhealthy,
     RestartInAllocation,
     Save,
-    Start,
     read_events,
     read_new_events,
     select,
@@ -74,7 +71,7 @@ from resilient_slurm.runtime.signals import install_stop_handlers
 from resilient_slurm.runtime.threads import yield_when_idle
 from resilient_slurm.slurm import placement, scontrol, srun
 from resilient_slurm.slurm.env import expand_hostlist, master_port
-from resilient_slurm.slurm.placement import Allocation, Placement
+from resilient_slurm.slurm.placement import Allocation
 from resilient_slurm.slurm.step_end import judge
 from resilient_slurm.supervise.hangs import record_silence
 from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
@@ -114,6 +111,8 @@ class _Restart:
     """When the failed start's processes were gone (a step restart)."""
     replacements: tuple[int, ...] = ()
     """Ranks whose processes are new (a restart inside the processes); empty: all."""
+    nodes: tuple[str, ...] = ()
+    """The nodes the new start runs on."""
 
 
 class SlurmDriver:
@@ -154,6 +153,8 @@ class SlurmDriver:
             if self.stop.requested:
                 sys.exit(int(ExitCode.RESUME))
             step = self._launch(alloc.in_use)
+            if pending is not None:
+                pending.placed_at = step.launched_at
             alloc = self._watch(step, pending, alloc)
             outcome = self._conclude(step, alloc)
             if isinstance(outcome, str):
@@ -306,7 +307,8 @@ class SlurmDriver:
                 and not end.unhealthy and not self.stop.requested:
             _say(f"restarting inside the allocation (grow): {grown.reason}")
             return grown.allocation, _Restart(f"{', '.join(grown.added)} back in service", grown.reason, "grow", [],
-                                              list(grown.added), step.grow_asked_at, last_step)
+                                              list(grown.added), step.grow_asked_at, last_step,
+                                              nodes=grown.allocation.in_use)
         if end.code == ExitCode.FAILED and not end.untraced and not any(e.kind in FAILURES for e in ours):
             self._log(step.step_id).emit(Crash(error=end.error or "", traceback=""), last_step)
         events = self._log(step.step_id)
@@ -343,7 +345,7 @@ class SlurmDriver:
         _say(f"restarting inside the allocation ({move}): {placed.reason}")
         return placed.allocation, _Restart(decision.reason, placed.reason, move, failed, list(placed.added), failed_at,
                                            last_step, "step", self.refused, self.decided_at or ended_at,
-                                           ended_at=self.ended_at)
+                                           ended_at=self.ended_at, nodes=placed.allocation.in_use)
 
     def _take_out(self, nodes: list[str], reason: str) -> None:
         """Nodes the failures follow (the crash-loop guard): on the exclude list, and drained where
@@ -423,7 +425,7 @@ class SlurmDriver:
         _say(f"restarting inside the surviving processes ({move}): ranks {failed} start anew; {placed.reason}")
         return new, _Restart(decision.reason, placed.reason, move, list(dict.fromkeys(gone)), list(placed.added),
                              failed_at, last_step, "inprocess", "", self.decided_at, placed_at,
-                             replacements=tuple(failed))
+                             replacements=tuple(failed), nodes=new.in_use)
 
 
 def _first_step_since(metrics: Path, since: float) -> float | None:

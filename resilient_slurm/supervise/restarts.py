@@ -5,7 +5,8 @@ part by part, from the failure to that step.
     teardown       a step restart: the decision to the old processes gone; in process: the survivors'
                    own teardown (their trainer and process group), which overlaps the decision
     placement      the decision to the new processes launched (or the survivors told where to meet)
-    process_start  the launch to the new processes running (only the replacements', in process)
+    process_start  the launch to the new start's record less the rendezvous: srun, the interpreter,
+                   the imports and the model built (in process: the replacements' and the rebuild)
     rendezvous     the longest any rank took to join the new process group
     load           the resume's load, and where from (`load_source`: memory, buddy, hot, cold)
     data_ready     the data opened (its cache or order files mapped)
@@ -31,14 +32,13 @@ def record_restart(run_dir: Path, r: _Restart, events: EventLog, step_id: int | 
     history = read_events(RunDir(run_dir).events)
     key = (events.context["job_id"], events.context["restart"], step_id)
     mine = [e for e in history if recovery.attempt_key(e) == key]
-    starts = [e.details for e in mine if isinstance(e.details, Start)]
-    process_s = None
-    if starts and starts[0].process_started:
-        process_s = stamp_seconds(starts[0].process_started) - r.failed_at
+    start = next((e.details for e in mine if isinstance(e.details, Start)), None)
+    new_processes = _new_process_starts(r, start)
+    process_s = max(new_processes) - r.failed_at if new_processes else None
     events.emit(RestartInAllocation(
         cause=r.cause, placement=r.placement, replaced=r.replaced, added=r.added,
         latency_s=None if first_step_at is None else round(first_step_at - r.failed_at, 3), move=r.move,
-        nodes=None, failed_at=utc_stamp(r.failed_at), process_s=None if process_s is None else round(process_s, 3),
+        nodes=list(r.nodes) or None, failed_at=utc_stamp(r.failed_at), process_s=None if process_s is None else round(process_s, 3),
         path=r.path, why=r.why or None, breakdown=breakdown(r, history, mine, first_step_at)), r.last_step)
 
 
@@ -50,20 +50,21 @@ def breakdown(r: _Restart, history: list[Any], mine: list[Any], first_step_at: f
     decided = r.decided_at or r.failed_at
     placed = r.placed_at or decided
     if r.path == "inprocess":
-        torn = [e.details.teardown_s for e in history if isinstance(e.details, PeerLost)
-                and e.details.generation == _generation_of(e, history, r)]
-        teardown = max(torn, default=None)
+        # The survivors of this restart recorded the newest generation they waited to join.
+        lost = [e.details for e in history if isinstance(e.details, PeerLost)]
+        newest = max((d.generation for d in lost), default=None)
+        teardown = max((d.teardown_s for d in lost if d.generation == newest), default=None)
     else:
         teardown = r.ended_at - decided if r.ended_at else None
-    started: list[float] = []
-    if start is not None and start.process_starts:
-        ranks = r.replacements or tuple(range(len(start.process_starts)))
-        started = [stamp_seconds(s) for i, s in enumerate(start.process_starts) if s and i in ranks]
+    # The new start's record is written once every rank met and the model is built: less the
+    # rendezvous, the time from the launch to it is srun, the interpreter, the imports and the build.
+    start_at = next((stamp_seconds(e.time) for e in mine if isinstance(e.details, Start)), None)
+    met = start_at - (start.rendezvous_s or 0.0) if start is not None and start_at is not None else None
     parts = {
         "detect": decided - r.failed_at,
         "teardown": teardown,
         "placement": placed - (r.ended_at if r.path == "step" and r.ended_at else decided),
-        "process_start": max(started) - placed if started else None,
+        "process_start": met - placed if met is not None else None,
         "rendezvous": start.rendezvous_s if start is not None else None,
         "load": resume.details.seconds if resume is not None else None,
         "data_ready": ready.seconds if ready is not None else None,
@@ -74,7 +75,12 @@ def breakdown(r: _Restart, history: list[Any], mine: list[Any], first_step_at: f
     return out
 
 
-def _generation_of(e: Any, history: list[Any], r: _Restart) -> int:
-    """The generation the survivors of this restart waited to join: the newest they recorded."""
-    gens = [x.details.generation for x in history if isinstance(x.details, PeerLost)]
-    return max(gens) if gens else -1
+def _new_process_starts(r: _Restart, start: Start | None) -> list[float]:
+    """When the new start's new processes began: every rank's after a step restart, only the
+    replacements' after a restart inside the surviving processes."""
+    if start is None:
+        return []
+    if not start.process_starts:
+        return [stamp_seconds(start.process_started)] if start.process_started and not r.replacements else []
+    ranks = r.replacements or tuple(range(len(start.process_starts)))
+    return [stamp_seconds(s) for i, s in enumerate(start.process_starts) if s and i in ranks]

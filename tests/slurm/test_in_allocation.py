@@ -52,6 +52,8 @@ def node_of(job, procid):
 
 
 def test_a_killed_rank_continues_on_the_spare_in_the_same_job(idle_cluster, tmp_path):
+    """The survivor restarts in its own process (cluster.restart_in_process, the default); only the
+    killed rank starts anew, on the spare."""
     ref = reference(2)
     job = submit(tmp_path, "spare", *DRIVEN, "cluster.spare_nodes=1")
     rdir = run_dir(tmp_path, "spare")
@@ -71,6 +73,38 @@ def test_a_killed_rank_continues_on_the_spare_in_the_same_job(idle_cluster, tmp_
     assert 0 < r.process_s < r.latency_s < 60, r
     lost = [e for e in of(ev, Kind.CRASH) if e.node == dead]
     assert lost and lost[0].details.error.startswith(f"TaskLost: task 1 on {dead} ended without a trace (Killed)")
+    # rank 0 went on in the process it had; rank 1's is new
+    before, after = of(ev, Kind.START)
+    assert after.details.pids[0] == before.details.pids[0] and after.details.pids[1] != before.details.pids[1]
+    assert after.details.process_starts[0] == before.details.process_starts[0]
+    (waited,) = of(ev, Kind.PEER_LOST)
+    assert waited.rank == 0 and waited.details.generation == 1 and "Connection closed by peer" in waited.details.error
+    assert not [e for e in of(ev, Kind.CRASH) if e.rank == 0]  # a peer's death is not the survivor's crash
+    assert r.path == "inprocess" and r.why is None, r
+    b = r.breakdown
+    assert set(b) == {"detect", "teardown", "placement", "process_start", "rendezvous", "load", "data_ready",
+                      "first_step", "load_source"}, b
+    assert all(b[k] is not None and 0 <= b[k] < r.latency_s for k in b if k != "load_source"), b
+    assert b["load_source"] == "hot"
+    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
+
+
+def test_after_a_cuda_class_error_every_process_restarts(idle_cluster, tmp_path):
+    """Fault injected: the RuntimeError a CUDA illegal memory access raises, on rank 1 (no GPU here).
+    The survivor's device state is not trusted after it: a step restart, in place, with why."""
+    ref = reference(2)
+    job = submit(tmp_path, "cuda", *DRIVEN, "cluster.spare_nodes=1", "fault.cuda_error_at_step=60", "fault.ranks=[1]")
+    rdir = run_dir(tmp_path, "cuda")
+    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    (restart,) = of(ev, Kind.RESTART_IN_ALLOCATION)
+    r = restart.details
+    assert (r.path, r.move, r.replaced, r.added) == ("step", "in place", [], []), r
+    assert "CUDA-class error" in r.why and "illegal memory access" in r.why, r
+    before, after = of(ev, Kind.START)
+    assert not set(before.details.pids) & set(after.details.pids)  # every process anew
+    assert r.breakdown["teardown"] is not None and r.breakdown["process_start"] is not None, r
     assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
@@ -132,7 +166,8 @@ def test_two_failures_with_one_spare_shrink_to_one_node_with_the_same_global_bat
     kill_driven_task(job, 1)  # resumes from 150 on the spare
     wait_until("the restarted run's checkpoint of step 175",
                lambda: [e for e in of(events(rdir), Kind.SAVE) if e.step == 175 and e.job_step == 1], 120, 0.1)
-    kill_driven_task(job, 1, job_step=1)  # the spare is gone too: one node left
+    # the spare is gone too: one node left (rank 1 is now the first task of the replacement's step)
+    kill_driven_task(job, 0, job_step=1)
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
 
     ev = events(rdir)
@@ -214,7 +249,9 @@ def test_without_a_spare_below_min_nodes_the_job_requeues_without_the_lost_node(
 def test_the_restart_reads_the_buddy_copy_when_the_dead_nodes_disk_is_gone(idle_cluster, tmp_path):
     ref = reference(2)
     hot = tmp_path / "hot"
-    job = submit(tmp_path, "buddy", *DRIVEN, "cluster.spare_nodes=1", f"checkpoint.hot_dir={hot}/%n")
+    # Every process restarts (rank 0 reads the files its buddy holds of the dead node's shard)
+    job = submit(tmp_path, "buddy", *DRIVEN, "cluster.spare_nodes=1", f"checkpoint.hot_dir={hot}/%n",
+                 "cluster.restart_in_process=false")
     rdir = run_dir(tmp_path, "buddy")
     wait_for_step(rdir, 60, 120)
     dead = node_of(job, 1)

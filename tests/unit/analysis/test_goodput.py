@@ -168,8 +168,11 @@ def test_restarts_inside_the_allocation_are_counted_apart_with_their_latencies_a
     ev(t + 3.0, "start", 0, job_step=1, process_started=stamp(t + 1.0))
     ev(t + 3.1, "resume", 25, job_step=1, checkpoint="/c/step_00000025")
     t2 = steps(t + 3.5, 26, 60)
+    parts = {"detect": 0.05, "teardown": 0.2, "placement": 0.1, "process_start": 0.6, "rendezvous": 0.3, "load": 0.4,
+             "data_ready": None, "first_step": 1.5, "load_source": "memory"}
     ev(t + 4.0, "restart_in_allocation", 30, job_step=1, rank=-1, cause="failed after saving progress", move="spare",
-       placement="n2 replaced by spare n3", replaced=["n2"], added=["n3"], failed_at=stamp(t + 0.25))
+       placement="n2 replaced by spare n3", replaced=["n2"], added=["n3"], failed_at=stamp(t + 0.25),
+       path="inprocess", breakdown=parts)
     ev(t2 + 0.1, "requeue", 60, job_step=1, reason="SIGUSR1: time-limit warning", ok=True)
     ev(t2 + 30, "attempt", None, restart=1, nodes=["n1", "n3"], ntasks=2, cause="SIGUSR1")
     ev(t2 + 31, "start", 0, restart=1, process_started=stamp(t2 + 29))
@@ -195,3 +198,12 @@ def test_restarts_inside_the_allocation_are_counted_apart_with_their_latencies_a
     assert lines[1].strip() == "failure -> new process / first step: 0.8s / 3.8s"
     assert lines[2].strip() == "requeued or relaunched 1 (1 killed)"  # no stop event: the ledger says no more
     assert lines[3].strip() == "failure -> new process / first step: 28.9s / 32.4s"
+    # the restart inside the allocation, part by part; a part the ledger does not show is "-"
+    assert inside.path == "inprocess" and inside.breakdown == parts
+    head, row = lines[4].split(), lines[5].split()
+    assert head[:3] == ["restart", "breakdown", "(s):"] and head[3:] == [
+        "attempt", "path", "move", "detect", "teardown", "placement", "process_start", "rendezvous", "load",
+        "data_ready", "first_step", "source", "total"]
+    assert row == ["#2", "inprocess", "spare", "0.05", "0.20", "0.10", "0.60", "0.30", "0.40", "-", "1.50", "memory",
+                   "3.8s"]
+    assert len(lines) == 6  # the restart through the queue has no breakdown

@@ -1,0 +1,53 @@
+"""Pretraining (tiny_pretrain, the token mixture) as a Slurm job on the sandbox: a rank killed
+mid-run is replaced on the spare inside the allocation (the survivor goes on in its process), then
+the job is requeued; it ends bit-identical to the same run uninterrupted on this machine, and the
+data position (each source's place) is the uninterrupted run's at every checkpoint."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from resilient_slurm.ledger import Kind
+from tests.integration.runs import REPO, assert_bit_identical, events, final_tensors, finish, launch
+from tests.integration.test_pretrain_runs import PRETRAIN, rdir
+from tests.slurm.jobs import describe, job_state, kill_driven_task, wait_for_end, wait_for_step
+
+pytestmark = pytest.mark.slurm
+
+STEPS = 150
+TWO_NODES = ["cluster.nodes=2", "cluster.tasks_per_node=1", "cluster.collective_timeout_s=60", "cluster.time_min=10",
+             "cluster.spare_nodes=1", "train.threads=1", f"train.max_steps={STEPS}", "fault.step_sleep_s=0.05"]
+
+
+def test_pretraining_replaced_on_a_spare_then_requeued_ends_bit_identical(idle_cluster, tmp_path):
+    code, out = finish(launch(tmp_path / "ref", "ref", "cluster.ranks=2", "train.threads=1", f"train.max_steps={STEPS}",
+                              base=PRETRAIN), timeout=900)
+    assert code == 0, out
+    done = subprocess.run([sys.executable, "-m", "resilient_slurm.launch", *PRETRAIN, "cluster=slurm",
+                           f"run.root={tmp_path}", "run.name=job", *TWO_NODES],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = re.search(r"submitted job (\d+)", done.stdout).group(1)
+    run = rdir(tmp_path, "job")
+    wait_for_step(run, 40, 240)
+    dead = kill_driven_task(job, 1)
+    wait_for_step(run, 90, 240)
+    idle_cluster.run("scontrol", "requeue", job)
+    assert wait_for_end(job, run, 400) == "COMPLETED", describe(job, run)
+
+    ev = events(run)
+    (restart,) = [e for e in ev if e.kind is Kind.RESTART_IN_ALLOCATION]
+    assert restart.details.replaced == [dead] and restart.details.path == "inprocess", restart
+    assert job_state(job)["Restarts"] == "1" and [e.restart for e in ev if e.kind is Kind.ATTEMPT][-1] == 1
+    (stop,) = [e for e in ev if e.kind is Kind.STOP]
+    assert set(stop.details.data) == {"prose", "math"}  # the current shard of each source, in the ledger
+    ref = rdir(tmp_path / "ref", "ref")
+    for step in (25, 50, 75, 100, 125, 150):
+        name = f"checkpoints/step_{step:08d}/train_state.json"
+        assert json.loads((run / name).read_text())["data"] == json.loads((ref / name).read_text())["data"], step
+    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(run, STEPS))
