@@ -10,8 +10,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from resilient_slurm.config.checks import ConfigError, flatten
+from resilient_slurm.config.checks import ConfigError, flatten, not_a_key
 from resilient_slurm.config.model import ModelConfig
+from resilient_slurm.config.overrides import Schema, unknown_keys
 from resilient_slurm.config.schema import Config, validate
 
 
@@ -48,7 +49,10 @@ def to_config(cfg: DictConfig | dict[str, Any], explicit: Iterable[str] = (),
     container = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(container, dict)
     container = with_user_keys({str(k): v for k, v in container.items() if k != "hydra"})
-    problems: list[str] = []
+    schema = Schema.of(Config())
+    unknown = unknown_keys(container, schema)
+    problems = [not_a_key(key, schema.keys) for key in unknown]
+    container = _without(container, unknown)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(Config), container)
     except OmegaConfBaseException:
@@ -106,6 +110,19 @@ def fit_warmup(cfg: Config, explicit: set[str]) -> Adjustment | None:
 def explicit_keys(overrides: Iterable[str]) -> set[str]:
     """The config keys a list of Hydra overrides sets (`optim.lr=1e-4`, `+run.name=x`, `~key`)."""
     return {item.lstrip("+~").partition("=")[0] for item in overrides if "=" in item}
+
+
+def _without(tree: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    """A copy of a nested dict with the given flattened keys left out."""
+    out = dict(tree)
+    for key in keys:
+        node, parts = out, key.split(".")
+        for part in parts[:-1]:
+            inner = dict(node[part])
+            node[part] = inner
+            node = inner
+        node.pop(parts[-1], None)
+    return out
 
 
 def _nested(key: str, value: Any) -> dict[str, Any]:

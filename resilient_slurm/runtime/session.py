@@ -416,7 +416,7 @@ class Session:
         if self.comm.rank == 0:
             why = self.stop.reason or self.stop.signal_name or "stop requested"
             self.events.emit(ledger.Stop(reason=why, checkpoint=str(result.path) if result else None), step)
-            log.info("stopped at step %d after a stop request; launch again to resume", step)
+            log.info("stopped at step %d (%s), saved; launch again to resume", step, why)
 
     # --- what a loop may want to know ------------------------------------------------------------------
     @property
