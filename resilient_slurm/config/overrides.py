@@ -120,9 +120,10 @@ def _group_problem(o: Override, groups: Groups, seen: set[str]) -> list[str]:
     choose = f"choose one of {', '.join(options)}"
     if o.prefix == "~":
         return []
-    if o.key in seen:
+    if o.prefix == "+" and o.key in seen:  # a plain override again just replaces the choice
         return [f"{o.text}: {o.key} is chosen twice; keep one"]
-    seen.add(o.key)
+    if o.prefix == "+":
+        seen.add(o.key)
     what = "experiment" if o.key == "experiment" else "option"
     if not o.value:
         return [f"{o.key}: empty; {choose}"]

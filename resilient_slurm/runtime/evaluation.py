@@ -30,6 +30,7 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
 from resilient_slurm.config import Config
+from resilient_slurm.console import progress
 from resilient_slurm.runtime.distributed import Comm
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.data.chat.dataset import ChatData, EvalSample
@@ -90,17 +91,29 @@ class Evaluator:
         return self.every > 0 and (step % self.every == 0 or step == self.max_steps)
 
     @torch.inference_mode()
-    def run(self) -> EvalResult:
+    def run(self, step: int | None = None) -> EvalResult:
         start = time.perf_counter()
         self.model.eval()
         loss_sum, tokens = 0.0, 0.0
+        # Rank 0's share stands for every rank's: they run the same number of batches.
+        chunks = range(0, len(self.samples), self.batch)
+        bar = progress(len(range(0, len(self.val_rows), self.batch)) + len(chunks) * len(self.metrics),
+                       "evaluating" + (f" at step {step}" if step is not None else ""), unit="batch",
+                       enabled=self.comm.rank == 0, leave=False)
         for i in range(0, len(self.val_rows), self.batch):
             rows = self.val_rows[i : i + self.batch]
             b = self.data.val.batch([row if row is not None else 0 for row in rows]).to(self.comm.device)
             labels = _mask_padding(b, rows)
             loss_sum += float(token_loss_sum(self.model(b.input_ids, b.position_ids, b.document_ids), labels))
             tokens += float((labels != IGNORE_INDEX).sum())
-        judged = {m.name: m.judge(self.model, self.samples, self.comm.device, self.data.decode) for m in self.metrics}
+            bar.update()
+        judged: dict[str, list[Prediction]] = {m.name: [] for m in self.metrics}
+        for m in self.metrics:
+            for i in chunks:  # a batch of samples at a time, as judge would cut them: the same forwards
+                judged[m.name] += m.judge(self.model, self.samples[i : i + self.batch], self.comm.device,
+                                          self.data.decode)
+                bar.update()
+        bar.close()
         # FSDP2 keeps the root's parameters gathered after a forward without a backward: shard them
         # again, so the checkpoint and the optimizer see the sharded parameters.
         if isinstance(self.model, FSDPModule):
