@@ -6,7 +6,7 @@ anything else (a log file, a Slurm job's output, a pipe) tqdm's `\\r` redraws wo
 unreadable line, so each update is written as a line of its own, at most every `LOG_INTERVAL_S`,
 and the log stays readable. tqdm's monitor thread is off: ranks already run enough threads.
 
-`pipe_safe(main)` lets a command's output go into `head`: when the reader closes the pipe early,
+`say(line)` prints a line beside a bar without garbling it. `pipe_safe(main)` lets a command's output go into `head`: when the reader closes the pipe early,
 the command ends quietly instead of with a BrokenPipeError traceback.
 """
 
@@ -57,6 +57,12 @@ def progress(total: int | None, desc: str, *, unit: str = "it", enabled: bool = 
         if total else "{desc}: {n_fmt} {unit}, {elapsed} elapsed{postfix}"
     return _Bar(total=total, desc=desc, unit=unit, file=_Lines(out), disable=not enabled, mininterval=LOG_INTERVAL_S,
                 bar_format=shape, ascii=True)
+
+
+def say(line: str) -> None:
+    """A line on stdout that a progress bar on the same terminal does not garble."""
+    _Bar.write(line, file=sys.stdout)
+    sys.stdout.flush()
 
 
 def _is_terminal(stream: IO[str]) -> bool:

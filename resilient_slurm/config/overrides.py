@@ -159,7 +159,7 @@ def hydra_problem(message: str, schema: Schema, groups: Groups) -> str:
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     first = lines[0] if lines else "Hydra could not compose the config"
     if m := re.match(r"Error parsing override '(.*)'", first):
-        detail = lines[1] if len(lines) > 1 else "malformed"
+        detail = (lines[1] if len(lines) > 1 else "malformed").split(" expecting ")[0]  # not the grammar's tokens
         return f"{m.group(1)}: not KEY=VALUE in Hydra's override grammar ({detail}); fix it, or quote the value"
     if m := re.search(r"Could not (?:find|load) '([^/']+)/([^']*)'", first):
         group, option = m.group(1), m.group(2)
