@@ -6,16 +6,17 @@ code, because almost nothing is safe inside a signal handler (locks, I/O, collec
 SIGINT (Ctrl-C) is a stop request like SIGTERM. On the launcher's side a second Ctrl-C within
 `FORCE_WINDOW_S` of the first asks to exit at once, without the save: the handler only marks it,
 and the launcher's loop kills the ranks. A launcher starts its ranks with the stop signals blocked
-(`block_stop_signals`, in the child before exec), so a signal that arrives while a rank still
-imports torch stays pending instead of killing it with a traceback; `install_stop_handlers`
-unblocks them once they are handled, and the pending one is recorded then.
+(`stop_signals_held`), so a signal that arrives while a rank still imports torch stays pending
+instead of killing it with a traceback; `install_stop_handlers` unblocks them once they are
+handled, and the pending one is recorded then.
 """
 
 from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
@@ -60,9 +61,16 @@ def install_stop_handlers(signals: tuple[int, ...] = STOP_SIGNALS) -> StopReques
     return request
 
 
-def block_stop_signals() -> None:
-    """In a rank's process before exec (a `preexec_fn`): the stop signals wait until it handles them."""
+@contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Stop signals that arrive inside the block wait until it ends, then reach the handlers
+    installed meanwhile. A launcher starts its ranks inside: they inherit the block, and so keep a
+    signal pending until their own `install_stop_handlers`."""
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def forced(first_interrupt_at: float | None, now: float) -> bool:

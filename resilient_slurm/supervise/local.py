@@ -30,7 +30,7 @@ from resilient_slurm.health.oom_kill import judge_exit
 from resilient_slurm.health.oom_watch import OomWatch, memory_cgroup_dirs
 from resilient_slurm.files import utc_stamp
 from resilient_slurm.ledger import EventLog, ForcedExit, HostOom, RankExit, RanksKilled
-from resilient_slurm.runtime.signals import FORCE_WINDOW_S, STOP_SIGNALS, Forwarder, block_stop_signals, forward_signals
+from resilient_slurm.runtime.signals import FORCE_WINDOW_S, STOP_SIGNALS, Forwarder, forward_signals, stop_signals_held
 
 _PR_SET_PDEATHSIG = 1
 
@@ -41,13 +41,14 @@ def run_local(cfg: Config, run_dir: Path) -> int:
     # Started before the ranks: only OOM kills after this count. Ranks start in this cgroup.
     kernel_log = cfg.health.kernel_log.replace("%n", os.uname().nodename) if cfg.health.kernel_log else None
     watch = OomWatch(memory_cgroup_dirs(), kernel_log)
-    procs = []
-    for rank in range(n):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, "-m", "resilient_slurm.runtime.rank", str(run_dir)], env=env,
-                                      preexec_fn=_rank_preexec))
-    forwarder = forward_signals(STOP_SIGNALS, lambda signum: _signal_all(procs, signum))
+    procs: list[subprocess.Popen] = []
+    with stop_signals_held():  # a Ctrl-C meanwhile reaches every rank, once all exist
+        for rank in range(n):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            procs.append(subprocess.Popen([sys.executable, "-m", "resilient_slurm.runtime.rank", str(run_dir)],
+                                          env=env, preexec_fn=_die_with_parent))
+        forwarder = forward_signals(STOP_SIGNALS, lambda signum: _signal_all(procs, signum))
     codes = _supervise(procs, cfg.cluster.kill_grace_s, EventLog(RunDir(run_dir).events, rank=-1), watch, forwarder)
     return combine_exit_codes(codes)
 
@@ -120,12 +121,9 @@ def _signal_all(procs: list[subprocess.Popen], signum: int) -> None:
             p.send_signal(signum)
 
 
-def _rank_preexec() -> None:
-    """In the rank's process, before exec: it dies with the launcher, and a stop signal waits until
-    it has installed its handlers."""
+def _die_with_parent() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    block_stop_signals()
 
 
 def _free_port() -> int:
