@@ -115,7 +115,10 @@ def _execute(plan: Plan) -> int:
     from resilient_slurm.rundir import RunDir
 
     cfg, overrides = plan.cfg, plan.overrides
-    done = finished(cfg, overrides)
+    # Inside a job (sbatch/train.sbatch: cluster.submit=false) the last line printed must be the
+    # run directory, which the script hands to its tasks: no finished check there.
+    in_job = cfg.cluster.kind == "slurm" and not cfg.cluster.submit
+    done = None if in_job else finished(cfg, overrides)
     if done is not None:
         print(f"resilient_slurm: run {done} already finished; nothing to do (choose a new run.name, or add "
               f"run.fork=true with a changed config, to train again)")

@@ -45,9 +45,9 @@ def parse(argv: list[str]) -> Command:
     args = iter(argv)
     for arg in args:
         name, eq, value = arg.partition("=")
-        if arg in _HELP:
+        if arg in _HELP:  # the rest of the line does not matter then
             nxt = next(args, None)
-            help_topic = nxt if nxt is not None and not nxt.startswith("-") else ""
+            help_topic = nxt if nxt is not None and not nxt.startswith("-") and "=" not in nxt else ""
         elif arg in _MULTIRUN:
             multirun = True
         elif name in _CONFIG_DIR:

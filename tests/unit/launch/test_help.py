@@ -63,3 +63,23 @@ def test_the_help_imports_neither_omegaconf_nor_torch():
             "print(code, 'omegaconf' in sys.modules, 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "0 False False", done.stderr
+
+
+def test_the_command_line_options():
+    from resilient_slurm.launch.command import Command, UsageError, parse
+
+    assert parse(["--help"]).help == "" and parse(["-h", "checkpoint"]).help == "checkpoint"
+    assert parse(["--help", "+experiment=tiny_sft"]).help == ""  # an override is not a topic
+    assert parse(["-m", "+experiment=tiny_sft", "optim.lr=1,2"]) == Command(("+experiment=tiny_sft", "optim.lr=1,2"),
+                                                                            multirun=True)
+    assert parse(["--config-dir", "a", "-cd=b", "entry=m:f"]).config_dirs == (Path("a"), Path("b"))
+    assert parse(["run.name=x"]).bare and not parse(["entry=m:f"]).bare and not parse(["+experiment=x"]).bare
+    for bad, line in ((["--config-dir"], "--config-dir: no directory; write --config-dir DIR"),
+                      (["--multi"], "--multi: not an option of launch; it takes -m, --config-dir DIR, --help and "
+                                    "KEY=VALUE overrides")):
+        try:
+            parse(bad)
+        except UsageError as e:
+            assert str(e) == line
+        else:
+            raise AssertionError(bad)

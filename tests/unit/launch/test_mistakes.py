@@ -131,3 +131,22 @@ def test_the_quick_start_trains_with_the_cpu_count_chosen_for_it():
     from resilient_slurm.config.composer import compose
 
     assert to_config(compose([T])).train.threads == 0
+
+
+def test_the_readmes_checkpoint_override_changes_tiny_sfts_policy():
+    """`+experiment=tiny_sft ... train.max_steps=500 checkpoint=exponential` saves at 100, 200, 400
+    (and 500, the final save), not every 50 steps: the experiment's milestones are a checkpoint
+    preset that a command-line choice replaces, like any group's."""
+    from resilient_slurm.checkpoint.policy import step_reason
+    from resilient_slurm.config import to_config
+    from resilient_slurm.config.composer import compose
+
+    def saves(*overrides):
+        cfg = to_config(compose([T, *overrides]))
+        return [s for s in range(1, cfg.train.max_steps + 1) if step_reason(s, cfg.checkpoint)], cfg.checkpoint
+
+    steps, policy = saves("optim.lr=3e-4", "train.max_steps=500", "checkpoint=exponential")
+    assert steps == [100, 200, 400] and policy.every_minutes == 0
+    steps, policy = saves()
+    assert steps == list(range(50, 301, 50)) and policy.every_minutes == 30  # tiny_sft's own: hybrid, every 50
+    assert saves("checkpoint=exponential", "checkpoint.every_steps=150")[0] == [100, 150, 200, 300]
