@@ -416,7 +416,8 @@ class Session:
         if self.comm.rank == 0:
             why = self.stop.reason or self.stop.signal_name or "stop requested"
             self.events.emit(ledger.Stop(reason=why, checkpoint=str(result.path) if result else None), step)
-            log.info("stopped at step %d (%s), saved; launch again to resume", step, why)
+            log.info("stopped at step %d (%s), %s; launch again to resume", step, why,
+                     "saved" if result else "not saved (no time left to)")
 
     # --- what a loop may want to know ------------------------------------------------------------------
     @property

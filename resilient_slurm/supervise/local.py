@@ -4,8 +4,9 @@ never imports torch, and Ctrl-C works the same at any size).
 The launcher passes stop signals on to every rank (Ctrl-C included: every rank saves the same step
 and the run exits 75; a second Ctrl-C within 5 s kills the ranks at once, recorded as
 `forced_exit`), and makes sure a rank that dies does not leave the others blocked in a collective:
-once any rank has exited, the rest get `kill_grace_s` to follow before they are killed. Ranks die with the launcher (PR_SET_PDEATHSIG), so a SIGKILL of
-the launcher never leaves orphans holding memory. A rank the kernel's OOM killer took is recorded
+once any rank has exited, the rest get `kill_grace_s` to follow before they are killed. Ranks die
+with the launcher (PR_SET_PDEATHSIG), so a SIGKILL of the launcher never leaves orphans holding
+memory. A rank the kernel's OOM killer took is recorded
 as `host_oom`, with the kernel-log line or cgroup counter that shows it (health/oom_kill.py).
 
 `python -m resilient_slurm.supervise.local RUN_DIR` runs an already-prepared run directory (a

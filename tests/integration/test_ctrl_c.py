@@ -101,9 +101,9 @@ def test_a_second_ctrl_c_within_5_s_stops_at_once_with_one_line_and_it_is_record
 
 def test_ctrl_c_while_the_ranks_still_import_torch_is_a_stop_and_not_a_traceback(tmp_path):
     rdir = run_dir(tmp_path, "early")
-    proc = launch(tmp_path, "early", "cluster.ranks=2", STEPS)
+    proc = launch(tmp_path, "early", STEPS)
     deadline = time.monotonic() + 60
-    while len(children(proc.pid)) < 2:  # both ranks started: they are importing torch now
+    while not children(proc.pid):  # the rank started: it is importing torch now
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.01)
     ctrl_c(proc)

@@ -22,7 +22,7 @@ from tests.integration.runs import events, finish, interrupt, launch, run_dir, w
 
 pytestmark = pytest.mark.slow
 
-MAX_STEPS = 90  # tests/integration/runs.py's SMALL saves every 25 steps
+MAX_STEPS = 60  # tests/integration/runs.py's SMALL saves every 25 steps
 
 
 def committed(rdir: Path) -> list[int]:
