@@ -6,8 +6,9 @@ start-up on this machine (the floor no command can go below).
 Each command runs as a user runs it (a fresh interpreter, `python -m resilient_slurm.launch ...`),
 in a rotated order so that a change in what else runs on the machine falls on all of them; the
 table has each one's median and range, and the targets of issue 21: --help under 1.5 s, a config
-error under 2 s. The config error is a typo (`optim.lrr=1e-3`): the overrides are checked, and
-composed, before anything imports torch.
+error under 2 s. The config errors: a typo (`optim.lrr=1e-3`: the overrides are checked before
+Hydra composes), a value of the wrong type and one out of range (composed and validated); none
+imports torch.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ COMMANDS = {
     "launch (bare)": (LAUNCH, 2, 2.0),
     "launch +experiment=tiny_sft optim.lrr=1e-3": ([*LAUNCH, "+experiment=tiny_sft", "optim.lrr=1e-3"], 2, 2.0),
     "launch +experiment=tiny_sft optim.lr=abc": ([*LAUNCH, "+experiment=tiny_sft", "optim.lr=abc"], 2, 2.0),
+    "launch +experiment=tiny_sft train.max_steps=0": ([*LAUNCH, "+experiment=tiny_sft", "train.max_steps=0"], 2, 2.0),
 }
 
 

@@ -109,6 +109,8 @@ def check(overrides: Sequence[str], schema: Schema, groups: Groups, entry: bool)
                             else not_a_key(o.key, schema.keys))
         elif not schema.knows(o.key):
             problems.append(not_a_key(o.key, schema.keys))
+        elif o.key in schema.sections and o.value is not None and not o.value.startswith("{"):
+            problems.append(f"{o.key}: a section, not a value; set one of its keys ({o.key}.KEY=VALUE)")
         elif o.prefix == "" and o.key not in schema.keys | schema.sections:
             parent = next(p for p in schema.open if o.key.startswith(p + "."))
             problems.append(f"{o.key}: a new entry of {parent}; write +{o.text}")

@@ -48,6 +48,7 @@ MISTAKES = [
     ([T, "optim.lr=1e-3", "optim.lrr=1e-3", "train.max_stepz=3"],
      CE + "optim.lrr: not a config key; did you mean optim.lr?\n"
      + CE + "train.max_stepz: not a config key; did you mean train.max_steps?"),
+    ([T, "optim=3"], CE + "optim: a section, not a value; set one of its keys (optim.KEY=VALUE)"),
     # the override grammar
     ([T, "optim.lr"], CE + "optim.lr: no value; write optim.lr=VALUE"),
     ([T, "optim.lr=("], CE + "optim.lr=(: not KEY=VALUE in Hydra's override grammar (extraneous input '('); fix it, "
