@@ -21,6 +21,7 @@ from typing import Any
 from resilient_slurm.analysis.goodput import Restart
 from resilient_slurm.analysis.summary import ReportError, Summary, load, summarize
 from resilient_slurm.config import ConfigError
+from resilient_slurm.console import pipe_safe
 from resilient_slurm.tracking.mlflow_store import StoredRun, is_file_store
 
 PNG = "report.png"
@@ -172,6 +173,7 @@ def _duration(s: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+@pipe_safe
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="resilient-report", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR")

@@ -20,7 +20,9 @@ Modules, one per section, then the whole:
     faults      fault.*: injection for tests and drills                                 [pure]
     sweep       sweep.*: hyperparameter search                                          [pure]
     schema      Config (every section), placement keys, cross-section checks            [pure]
+    overrides   command-line overrides checked against the schema and conf/'s groups    [pure]
     compose     Hydra's composed config → typed Config; the schema Hydra starts from
+    composer    composing conf/ with Hydra's compose API, its errors in one line (launch, sweep)
 
 Everything is re-exported here: `from resilient_slurm.config import Config, ConfigError, ...`.
 """

@@ -28,7 +28,8 @@ class DataConfig:
     kind: str = "chat"
     """chat: conversations (data.path); tokens: pretraining on token corpora mixed by weight (data.sources)."""
     task: str = "tiny-chat"
-    """Dataset name, used in generated run names."""
+    """Dataset name in generated run names for the package's own data (`asset:`); any other data is
+    named by the base name of `path`."""
     path: str = "asset:tiny_chat/chat.jsonl"
     """A chat .jsonl file or a directory of them: `messages` (system/user/assistant, multi-turn) or
     `prompt`/`completion` lines. `asset:tiny_chat/chat.jsonl` is the small set the package ships."""

@@ -10,7 +10,7 @@ Modules:
     kinds           every kind of event (Kind), and the base of their fields (Details)     [pure]
     launch_events   submitted, attempt, start, data ready and phases, resume, config adjusted [pure]
     save_events     saves, their failures, emergency plans, retention, copies, the interval   [pure]
-    fault_events    anomalies, rollbacks, signals, crashes, OOM, hangs, requeues, restarts    [pure]
+    fault_events    anomalies, rollbacks, signals, forced exits, crashes, OOM, hangs, restarts [pure]
     sweep_events    a search's study ledger and a trial's own                                 [pure]
     log             the writer (EventLog) and the readers (read_events, read_new_events, select)
 
@@ -53,6 +53,7 @@ from resilient_slurm.ledger.fault_events import (
     Rollback,
     GaveUp,
     Signal,
+    ForcedExit,
     Stop,
     Crash,
     OomRetry,
@@ -100,7 +101,7 @@ __all__ = [
     "Anomaly", "Attempt", "BuddyCopy", "CATALOG", "CheckpointInterval", "CheckpointSkipped", "ColdCopy",
     "ColdCopyCancelled", "ColdCopyDeferred", "ColdCopyFailed", "ColdRetention", "ColdRetentionFailed",
     "ConfigAdjusted", "ConfigChanged", "Crash", "DataPhase", "DataReady", "Details", "SourceEpoch", "SourceExhausted", "EmergencyPlan", "Event", "EventLog",
-    "Exploit", "Explore", "Exported", "FAILURES", "Finish", "GaveUp", "Hang", "HostOom", "Kind", "MemorySave", "LEDGER_FILE",
+    "Exploit", "Explore", "Exported", "FAILURES", "Finish", "ForcedExit", "GaveUp", "Hang", "HostOom", "Kind", "MemorySave", "LEDGER_FILE",
     "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "Requeue",
     "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",
     "SaveSkipped", "Signal", "StacksDumped", "Start", "Stop", "Submitted", "SweepStarted", "TrialFailed",

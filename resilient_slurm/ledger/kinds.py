@@ -39,6 +39,7 @@ class Kind(str, Enum):
     ROLLBACK = "rollback"
     GAVE_UP = "gave_up"
     SIGNAL = "signal"
+    FORCED_EXIT = "forced_exit"
     STOP = "stop"
     CRASH = "crash"
     OOM_RETRY = "oom_retry"

@@ -306,7 +306,7 @@ class Trainer:
 
     def _evaluate(self, step: int) -> dict[str, Any]:
         """Every rank evaluates its share; rank 0 gets the totals and the sample predictions."""
-        result = self.evaluator.run()
+        result = self.evaluator.run(step)
         for metric, predictions in result.predictions.items():
             self.session.tracker.log(step, {f"eval/{metric}_predictions": Table(
                 ["step", "prompt", "target", "prediction", "correct"],

@@ -195,3 +195,16 @@ def test_restarts_inside_the_allocation_are_counted_apart_with_their_latencies_a
     assert lines[1].strip() == "failure -> new process / first step: 0.8s / 3.8s"
     assert lines[2].strip() == "requeued or relaunched 1 (1 killed)"  # no stop event: the ledger says no more
     assert lines[3].strip() == "failure -> new process / first step: 28.9s / 32.4s"
+
+
+def test_the_report_piped_into_head_ends_without_a_traceback(tmp_path):
+    """`resilient-report RUN | head`: head has gone before the report writes (`-n 0` exits at once),
+    so the write meets a closed pipe; the report ends quietly with status 0."""
+    import subprocess
+    import sys
+
+    synthetic_run(tmp_path / "demo")
+    done = subprocess.run(f"{sys.executable} -m resilient_slurm.report --no-png {tmp_path / 'demo'} | head -n 0; "
+                          f"echo ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash", capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout == "0\n" and done.stderr == "", done.stderr

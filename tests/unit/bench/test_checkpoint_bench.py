@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from resilient_slurm.simulate.scenario import BENCH_KEYS, from_bench
+from resilient_slurm.simulate.scenario import from_bench
 from tests.unit.bench.conftest import BENCH, load_bench
 
 bench = load_bench("checkpoint")
