@@ -44,7 +44,7 @@ from resilient_slurm.config.compose import (
 )
 from resilient_slurm.config.data import LOSS_MODES, DataConfig
 from resilient_slurm.config.faults import FaultConfig
-from resilient_slurm.config.model import DTYPES, LORA_TARGETS, LoRAConfig, ModelConfig
+from resilient_slurm.config.model import DTYPES, FAMILIES, LORA_TARGETS, LoRAConfig, ModelConfig
 from resilient_slurm.config.monitor import FINDINGS, HealthConfig, MonitorConfig
 from resilient_slurm.config.run import RunConfig
 from resilient_slurm.config.schema import PLACEMENT_PREFIXES, Config, validate
@@ -53,7 +53,7 @@ from resilient_slurm.config.tracking import TRACKING_MODES, EvalConfig, Tracking
 from resilient_slurm.config.train import OptimConfig, TrainConfig
 
 __all__ = [
-    "DTYPES", "FINDINGS", "LORA_TARGETS", "LOSS_MODES", "PLACEMENT_PREFIXES", "PRUNERS", "SAMPLERS", "SCHEDULERS",
+    "DTYPES", "FAMILIES", "FINDINGS", "LORA_TARGETS", "LOSS_MODES", "PLACEMENT_PREFIXES", "PRUNERS", "SAMPLERS", "SCHEDULERS",
     "TRACKING_MODES", "Adjustment", "CheckpointConfig", "ClusterConfig", "ColdTierConfig", "Config", "ConfigError",
     "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "HealthConfig", "LoRAConfig", "ModelConfig",
     "MonitorConfig", "OptimConfig", "RunConfig", "SweepConfig", "TrackingConfig", "TrainConfig", "driven",
