@@ -23,7 +23,7 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py",
         "simulate/results.py", "simulate/report.py", "simulate/bench.py", "simulate/scaling.py",
         "simulate/memory.py", "data/chat/format.py", "data/packing.py",
-        "data/chat/tiny.py", "export/hf_layout.py", "model/families.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",
+        "data/chat/tiny.py", "export/hf_layout.py", "model/families.py", "data/chat/split.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",
         "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py", "export/peft_layout.py", "rundir/paths.py",
         "checkpoint/collectives.py",
         *(f"config/{m}.py" for m in ("checks", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",

@@ -73,7 +73,8 @@ class Evaluator:
                  metrics: Sequence[TaskMetric] | None = None) -> None:
         """`batch_size`: rows per forward; None: data.micro_batch_size (the run passes the one it
         trains at, which a lack of device memory may have lowered)."""
-        self.every = cfg.eval.every_steps
+        # Nothing held out (data.val_samples=0, or a set too small for the default's 5%): nothing to evaluate.
+        self.every = cfg.eval.every_steps if data.val.num_rows else 0
         self.max_steps = cfg.train.max_steps
         self.batch = batch_size or cfg.data.micro_batch_size
         self.show = cfg.eval.predictions

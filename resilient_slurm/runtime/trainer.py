@@ -109,7 +109,10 @@ class Trainer:
         return ExitCode.DONE
 
     def _describe(self) -> None:
-        cfg, s = self.cfg, self.sampler
+        cfg, s, d = self.cfg, self.sampler, self.data.stats
+        log.info("data: %d conversations train (%d rows, %d tokens), %d held out (%d rows, %d tokens)%s",
+                 d.conversations - d.val_conversations, d.train_rows, d.train_tokens, d.val_conversations, d.val_rows,
+                 d.val_tokens, "" if d.val_rows else "; validation is off (data.val_samples)")
         log.info("model %s: %.2fM parameters (%.3gM trained), %d rank(s), global batch %d x %d tokens, "
                  "micro-batch %d%s", cfg.model.name, num_parameters(self.model) / 1e6,
                  sum(p.numel() for p in self.model.parameters() if p.requires_grad) / 1e6, self.comm.world_size,
