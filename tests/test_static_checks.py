@@ -27,7 +27,7 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py", "export/peft_layout.py", "rundir/paths.py",
         "checkpoint/collectives.py",
         *(f"config/{m}.py" for m in ("checks", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",
-                                     "tracking", "faults", "sweep", "schema"))]
+                                     "tracking", "faults", "sweep", "schema", "harness"))]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "submitit", "pynvml",
                 "fcntl", "mmap", "requests", "urllib"}
 
@@ -110,7 +110,7 @@ def test_the_package_root_stays_small_and_every_sub_package_has_its_map():
 
 # The package's floors, from the ground up: a module imports only from its own floor or those below.
 FLOORS = ["exit_codes", "files", "config", "ledger", "recovery", "slurm", "rundir", "health", "monitor", "tracking",
-          "analysis", "checkpoint", "model", "data", "export", "runtime", "api", "supervise", "launch", "sweep",
+          "analysis", "checkpoint", "model", "data", "export", "evaluate", "runtime", "api", "supervise", "launch", "sweep",
           "simulate", "report", "compare"]
 # Re-exports at old paths that queued Slurm jobs' pickles name: they point up on purpose.
 LEGACY_REEXPORTS = {"slurm/task.py", "slurm/driver.py"}

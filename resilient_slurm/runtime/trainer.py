@@ -23,6 +23,7 @@ from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
 from resilient_slurm.data.batches import Batch, PackedBatchSampler
+from resilient_slurm.evaluate.launcher import SideEvaluations
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.export.from_checkpoint import export_checkpoint
 from resilient_slurm.ledger import EventLog, read_events
@@ -79,6 +80,7 @@ class Trainer:
         self.faults.attach(self.model)
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.evaluator = Evaluator(cfg, self.model, comm, self.data, self.sampler.micro_batch_size)
+        self.benchmarks = SideEvaluations(cfg, run_dir, events, comm.rank)
         self.gave_up: str | None = None
 
     @property
@@ -106,6 +108,8 @@ class Trainer:
             if outcome.code is not None:
                 return outcome.code
         s.finish(with_final=self._export)
+        if self.benchmarks.due(self.step) and cfg.checkpoint.save_final:
+            self._benchmark(self.step)
         return ExitCode.DONE
 
     def _describe(self) -> None:
@@ -145,7 +149,17 @@ class Trainer:
                 return outcome
         if s.after_step(step, synced, last_step=cfg.train.max_steps):
             return StepOutcome(ExitCode.RESUME)
+        if self.benchmarks.due(step) and step < cfg.train.max_steps:
+            self._benchmark(step)
         return StepOutcome()
+
+    def _benchmark(self, step: int) -> None:
+        """`eval.harness`: the checkpoint of `step` is evaluated by a job of its own while training
+        goes on; the save is made here (every rank) when no policy made one at this step."""
+        s = self.session
+        if s.checkpointer.clock.last_save_step != step:
+            s.save(step, "eval")
+        self.benchmarks.launch(step, s.checkpointer.root)
 
     def _observe(self, step: int, result: StepResult, step_s: float, synced: StepSync) -> list[Finding]:
         assert self.monitor is not None
