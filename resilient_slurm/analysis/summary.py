@@ -10,6 +10,7 @@ from typing import Any
 
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.analysis.goodput import Accounting, account
+from resilient_slurm.rundir.benchmarks import read_scores
 from resilient_slurm.rundir.metrics import lost_path, read_metrics
 from resilient_slurm.rundir.record import read_record
 from resilient_slurm.rundir.identity import load_config
@@ -34,6 +35,8 @@ class RunFiles:
     record: list[dict[str, Any]]
     wandb_segments: list[str] = field(default_factory=list)
     wandb_mode: str | None = None
+    benchmarks: list[dict[str, Any]] = field(default_factory=list)
+    """benchmarks.jsonl: the scores of evaluated checkpoints, each with its checkpoint's step."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ def load(run_dir: Path) -> RunFiles:
         path=run_dir, meta=meta, max_steps=max_steps, events=read_events(RunDir(run_dir).events),
         kept=read_metrics(metrics), lost=read_metrics(lost_path(metrics)), record=read_record(run_dir),
         wandb_segments=[str(p.parent) for p in segments(RunDir(run_dir).wandb, meta["run_id"])], wandb_mode=mode,
+        benchmarks=read_scores(RunDir(run_dir).benchmarks),
     )
 
 

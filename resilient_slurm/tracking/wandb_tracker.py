@@ -32,14 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from resilient_slurm.rundir import RunDir
+from resilient_slurm.rundir.benchmarks import read_scores
 from resilient_slurm.rundir.metrics import read_metrics
 from resilient_slurm.config import Config, to_dict
 from resilient_slurm.ledger import read_new_events
 from resilient_slurm.tracking import wandb_files
 from resilient_slurm.tracking.base import Table
 from resilient_slurm.tracking.history import (
+    BENCH_PREFIX,
+    BENCH_STEP,
     CommitBuffer,
     Row,
+    attach_benchmarks,
     attach_events,
     resume_point,
 )
@@ -60,8 +64,14 @@ _DROPPED = ("step", "time")
 
 class WandbTracker:
     def __init__(self, run: Any, make_table: Callable[[Table], Any], run_dir: Path, logged_through: int,
-                 ledger_offset: int, on_disk: Callable[[], int | None] | None = None) -> None:
+                 ledger_offset: int, on_disk: Callable[[], int | None] | None = None, benchmarks_sent: int = 0) -> None:
         self.run = run
+        # Benchmark scores arrive after their checkpoint's step: plotted against it, not wandb's step.
+        run.define_metric(BENCH_STEP)
+        run.define_metric(BENCH_PREFIX + "*", step_metric=BENCH_STEP)
+        self.benchmarks = RunDir(run_dir).benchmarks
+        self.benchmarks_sent = benchmarks_sent
+        """Lines of benchmarks.jsonl already sent (kept in the mark: a restart sends none twice)."""
         self.on_disk = on_disk
         """Offline: the highest step the local files hold (close waits for what it sent)."""
         self.make_table = make_table
@@ -93,12 +103,14 @@ class WandbTracker:
             settings=wandb.Settings(console="off", quiet=True),
         )
         mark_path = RunDir(run_dir).wandb / MARK
-        sends = [tuple(s) for s in json.loads(mark_path.read_text())["sends"]] if mark_path.exists() else []
+        mark = json.loads(mark_path.read_text()) if mark_path.exists() else {}
+        sends = [tuple(s) for s in mark.get("sends", [])]
         # Reading the segments back is cheap (about 0.1 s per 5,000 logged steps here).
         on_disk = _highest_step_on_disk(RunDir(run_dir).wandb, meta["run_id"]) if mode == "offline" else None
         return cls(run, lambda t: wandb.Table(columns=list[str | int](t.columns), data=t.rows), run_dir,
                    *resume_point(sends, on_disk),
-                   on_disk=(lambda: _highest_step_on_disk(RunDir(run_dir).wandb, meta["run_id"])) if mode == "offline" else None)
+                   on_disk=(lambda: _highest_step_on_disk(RunDir(run_dir).wandb, meta["run_id"])) if mode == "offline" else None,
+                   benchmarks_sent=int(mark.get("benchmarks_sent", 0)))
 
     def log(self, step: int, values: dict[str, Any]) -> None:
         self.buffer.add(step, values)
@@ -143,6 +155,8 @@ class WandbTracker:
         if not rows:
             return  # events without a row of this process wait for the next one
         rows = attach_events(rows, events)
+        rows, placed = attach_benchmarks(rows, read_scores(self.benchmarks)[self.benchmarks_sent:])
+        self.benchmarks_sent += placed
         self.ledger_offset = offset
         self.sends.append((rows[-1][0], offset))
         self._write_mark()
@@ -153,7 +167,7 @@ class WandbTracker:
 
     def _write_mark(self) -> None:
         tmp = self.mark_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"sends": self.sends}))
+        tmp.write_text(json.dumps({"sends": self.sends, "benchmarks_sent": self.benchmarks_sent}))
         os.replace(tmp, self.mark_path)
 
 
