@@ -82,12 +82,14 @@ class ChatTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str:
-        return self.template.render(messages, add_generation_prompt)[0]
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
+               tools: list[dict[str, Any]] | None = None) -> str:
+        return self.template.render(messages, add_generation_prompt, tools)[0]
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> list[int]:
-        """The token ids transformers' `apply_chat_template(messages, tokenize=True)` gives."""
-        return list(self.encode(self.render(messages, add_generation_prompt)).ids)
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
+                            tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """The token ids transformers' `apply_chat_template(messages, tools=tools, tokenize=True)` gives."""
+        return list(self.encode(self.render(messages, add_generation_prompt, tools)).ids)
 
     def _eos_ids(self, directory: str) -> tuple[int, ...]:
         ids: list[int] = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from resilient_slurm.checkpoint.store import fsync_path
 from resilient_slurm.config import DataConfig
 from resilient_slurm.data.chat import cache as chat_cache
 from resilient_slurm.data.chat.encode import EncodedChat, encode_chat, render_chat
-from resilient_slurm.data.chat.format import BadLine, Message, conversation_key, parse_conversation
+from resilient_slurm.data.chat.format import BadLine, Message, conversation_key, parse_line
 from resilient_slurm.data.chat.split import held_out
 from resilient_slurm.data.chat_template import TemplateRenderError
 from resilient_slurm.data.packing import fit_length, pack
@@ -37,8 +38,8 @@ from resilient_slurm.data.tokenizer import ChatTokenizer
 CHUNK = 512
 """Conversations tokenized per batch call."""
 SPLITS = ("train", "val")
-Parsed = tuple[str, list[Message], int]
-"""A well-formed line: its `file:line`, its messages and its conversation key."""
+Parsed = tuple[str, list[Message], int, list[dict[str, Any]] | None]
+"""A well-formed line: its `file:line`, its messages, its conversation key and its tools."""
 
 
 class DataFormatError(ValueError):
@@ -85,7 +86,7 @@ class DataStats:
 def build(entry: str, files: list[str], cfg: DataConfig, tok: ChatTokenizer) -> None:
     """Write a complete entry, its stats in the header, into the new directory `entry` (header last)."""
     stats = DataStats(files=len(files))
-    keys = [key for _, _, key in _parsed(files, cfg, stats, count=True)]
+    keys = [key for _, _, key, _ in _parsed(files, cfg, stats, count=True)]
     if not keys:
         raise DataFormatError(f"data.path: no well-formed conversation in {', '.join(files)[:200]} "
                          f"({stats.skipped_lines} malformed lines skipped); check the files' format")
@@ -134,14 +135,15 @@ def _parsed(files: list[str], cfg: DataConfig, stats: DataStats, count: bool) ->
                 where = f"{path}:{number}"
                 stats.lines += count
                 try:
-                    messages = parse_conversation(raw.decode("utf-8-sig"))
+                    conversation = parse_line(raw.decode("utf-8-sig"))
                 except UnicodeDecodeError:
                     _bad(where, "not UTF-8 text", cfg, stats, count)
                     continue
                 except BadLine as e:
                     _bad(where, str(e), cfg, stats, count)
                     continue
-                yield where, messages, conversation_key(messages)
+                messages, tools = conversation.messages, conversation.tools
+                yield where, messages, conversation_key(messages, tools), tools
 
 
 def _bad(where: str, reason: str, cfg: DataConfig, stats: DataStats, count: bool = True) -> None:
@@ -168,9 +170,9 @@ def _encode(chunk: list[Parsed], cfg: DataConfig, tok: ChatTokenizer,
             stats: DataStats) -> Iterator[tuple[int, EncodedChat]]:
     """(conversation key, encoding) of each conversation of the chunk that the template accepts."""
     rendered = []
-    for where, messages, key in chunk:
+    for where, messages, key, tools in chunk:
         try:
-            rendered.append((where, key, render_chat(tok.template, messages)))
+            rendered.append((where, key, render_chat(tok.template, messages, tools)))
         except TemplateRenderError as e:
             _bad(where, str(e), cfg, stats)
     encodings = tok.encode_batch([r.text for _, _, r in rendered])
