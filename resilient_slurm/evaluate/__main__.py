@@ -40,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     where = args.where
     if where == "slurm":
         where = f"slurm:{os.environ.get('SLURM_JOB_ID', '?')}"
-    outcome = evaluate_checkpoint(args.run_dir, cfg, args.step, tasks, where=where, device=args.device)
+    # The run starts its evaluations as it asks for the save, so they wait for the commit; by hand, the
+    # checkpoint is there or it is not.
+    wait = None if args.where in ("local", "slurm") else 0.0
+    outcome = evaluate_checkpoint(args.run_dir, cfg, args.step, tasks, where=where, device=args.device,
+                                  wait_commit_s=wait)
     if outcome.scores is None:
         print(f"evaluate: step {args.step} of {args.run_dir} failed twice: {outcome.errors[-1]}", file=sys.stderr)
         return 1

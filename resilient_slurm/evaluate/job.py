@@ -62,8 +62,9 @@ def pin_path(root: Path, step: int) -> Path:
 
 
 def evaluate_checkpoint(run_dir: Path, cfg: Config, step: int, tasks: list[str] | None = None,
-                        where: str = "local", device: str | None = None) -> Outcome:
-    """Run the evaluation of step `step`'s checkpoint, retried once; never raises."""
+                        where: str = "local", device: str | None = None, wait_commit_s: float | None = None) -> Outcome:
+    """Run the evaluation of step `step`'s checkpoint, retried once; never raises. `wait_commit_s`:
+    how long to wait for the checkpoint's commit (default eval.harness.wait_commit_s; by hand, 0)."""
     events = EventLog(RunDir(run_dir).events, rank=-1)
     tasks = tasks or list(cfg.eval.harness.tasks)
     errors: list[str] = []
@@ -72,7 +73,8 @@ def evaluate_checkpoint(run_dir: Path, cfg: Config, step: int, tasks: list[str] 
         for attempt in range(1, ATTEMPTS + 1):
             start = time.perf_counter()
             try:
-                scores, export_s = _attempt(run_dir, cfg, root, step, tasks, device)
+                scores, export_s = _attempt(run_dir, cfg, root, step, tasks, device,
+                                            cfg.eval.harness.wait_commit_s if wait_commit_s is None else wait_commit_s)
             except Exception as e:  # noqa: BLE001 - recorded and retried; an evaluation never stops training
                 error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
                 errors.append(error)
@@ -89,15 +91,15 @@ def evaluate_checkpoint(run_dir: Path, cfg: Config, step: int, tasks: list[str] 
         store.unpin(pin_path(root, step))
 
 
-def _attempt(run_dir: Path, cfg: Config, root: Path, step: int, tasks: list[str],
-             device: str | None) -> tuple[dict[str, float], float]:
+def _attempt(run_dir: Path, cfg: Config, root: Path, step: int, tasks: list[str], device: str | None,
+             wait_s: float) -> tuple[dict[str, float], float]:
     h = cfg.eval.harness
     ckpt = root / layout.step_dir_name(step)
-    deadline = time.monotonic() + h.wait_commit_s
+    deadline = time.monotonic() + wait_s
     while not (ckpt / layout.MANIFEST).is_file():
         if time.monotonic() > deadline:
-            raise EvalJobError(f"{ckpt} was not committed within eval.harness.wait_commit_s={h.wait_commit_s:g} s; "
-                               f"evaluate another step, or check the run's save events")
+            raise EvalJobError(f"{ckpt} is not a committed checkpoint (waited {wait_s:g} s, eval.harness.wait_commit_s); "
+                               f"evaluate another step (ls {root}), or check the run's save events")
         time.sleep(POLL_S)
     work = work_dir(run_dir, step)
     work.mkdir(parents=True, exist_ok=True)
