@@ -80,7 +80,7 @@ class SideEvaluations:
                 ok, answer = sbatch(batch_script(self.cfg, self.run_dir, step))
                 if not ok:
                     raise RuntimeError(answer)
-                self.events.emit(EvalLaunched(tasks=tasks, where="slurm", job_id=answer,
+                self.events.emit(EvalLaunched(tasks=tasks, where="slurm", eval_job_id=answer,
                                               log=str(work / "eval.log")), step)
                 log.info("step %d: benchmark evaluation submitted as Slurm job %s", step, answer)
                 return

@@ -15,7 +15,7 @@ class EvalLaunched(Details):
     tasks: list[str]
     where: str
     """local (a child process, `pid`), or slurm."""
-    job_id: str | None = None
+    eval_job_id: str | None = None
     """The evaluation's own Slurm job (the header's job_id is the training job's)."""
     pid: int | None = None
     log: str | None = None

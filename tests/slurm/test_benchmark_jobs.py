@@ -24,7 +24,7 @@ def test_the_evaluation_is_a_separate_job_and_its_scores_land_in_the_run(slurm_c
     assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
     launched = [e for e in events(rdir) if e.kind is Kind.EVAL_LAUNCHED]
     assert [e.step for e in launched] == [20, 40] and all(e.details.where == "slurm" for e in launched)
-    side_jobs = {e.details.job_id for e in launched}
+    side_jobs = {e.details.eval_job_id for e in launched}
     assert len(side_jobs) == 2 and job not in side_jobs
     deadline = time.monotonic() + 300
     while set(latest_by_step(read_scores(rdir / "benchmarks.jsonl"))) < {20, 40} and time.monotonic() < deadline:
