@@ -88,6 +88,8 @@ class Evaluator:
         w, r = comm.world_size, comm.rank
         # Named splits: a token mixture's, one per source; the chat data's one, unnamed.
         self.splits = data.val if isinstance(data, TokenData) else {"": data.val}
+        if not any(rows.num_rows for rows in self.splits.values()):
+            self.every = 0  # nothing held out (data.val_samples=0, or too few rows for 5%): nothing to evaluate
         self.val_rows = {name: _padded(list(range(r, rows.num_rows, w)), rows.num_rows, w, self.batch)
                          for name, rows in self.splits.items()}
         samples = data.eval_samples(cfg.eval.task_samples) if cfg.eval.task_samples and isinstance(data, ChatData) \
