@@ -4,6 +4,7 @@ Floors, from the ground up; a module imports only from its own floor or the ones
 (tests/test_static_checks.py holds the order and enforces it):
     exit_codes   process exit statuses and what each asks of the launcher or Slurm
     files        atomic replace of small files, the one UTC time stamp
+    console      progress on long work (one line per update off a terminal), output piped into head
     config/      typed configuration (the dataclasses Hydra fills) and its validation
     ledger       events.jsonl: the catalog of event kinds and their fields, writer and reader
     recovery     what to do about what went wrong: requeue, exclude, roll back, give up  [pure]

@@ -16,3 +16,6 @@ class ExitCode(IntEnum):
     RESUME = 75
     """Stopped on request after an emergency checkpoint: launch or requeue again to continue.
     75 is EX_TEMPFAIL from sysexits.h: "temporary failure, try again"."""
+    INTERRUPTED = 130
+    """Stopped at once by a second Ctrl-C, without a save (128 + SIGINT, as a shell reports it):
+    launch again to resume from the newest checkpoint."""

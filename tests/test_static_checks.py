@@ -23,12 +23,12 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py",
         "simulate/results.py", "simulate/report.py", "simulate/bench.py", "simulate/scaling.py",
         "simulate/memory.py", "data/chat/format.py", "data/packing.py",
-        "data/chat/tiny.py", "export/hf_layout.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",
+        "data/chat/tiny.py", "export/hf_layout.py", "model/families.py", "data/chat/split.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",
         "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py", "export/peft_layout.py", "rundir/paths.py",
         "checkpoint/collectives.py", "monitor/heartbeats.py", "data/tokens/idx_format.py", "data/tokens/plan.py",
-        "data/tokens/position.py", "data/tokens/records.py", "data/tokens/tiny_corpus.py",
+        "data/tokens/position.py", "data/tokens/records.py", "data/tokens/tiny_corpus.py", "launch/command.py",
         *(f"config/{m}.py" for m in ("checks", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",
-                                     "tracking", "faults", "sweep", "schema"))]
+                                     "tracking", "faults", "sweep", "schema", "overrides", "harness"))]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "mlflow", "submitit",
                 "pynvml", "fcntl", "mmap", "requests", "urllib"}
 
@@ -110,8 +110,8 @@ def test_the_package_root_stays_small_and_every_sub_package_has_its_map():
 
 
 # The package's floors, from the ground up: a module imports only from its own floor or those below.
-FLOORS = ["exit_codes", "files", "config", "ledger", "recovery", "slurm", "rundir", "health", "monitor", "tracking",
-          "analysis", "checkpoint", "model", "data", "export", "runtime", "api", "supervise", "launch", "sweep",
+FLOORS = ["exit_codes", "files", "console", "config", "ledger", "recovery", "slurm", "rundir", "health", "monitor", "tracking",
+          "analysis", "checkpoint", "model", "data", "export", "evaluate", "runtime", "api", "supervise", "launch", "sweep",
           "simulate", "report", "compare"]
 # Re-exports at old paths that queued Slurm jobs' pickles name: they point up on purpose.
 LEGACY_REEXPORTS = {"slurm/task.py", "slurm/driver.py"}

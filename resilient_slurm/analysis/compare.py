@@ -17,6 +17,7 @@ from resilient_slurm.rundir import RunDir
 from resilient_slurm.rundir.metrics import read_metrics
 from resilient_slurm.config import ConfigError, flatten, to_dict
 from resilient_slurm.rundir.identity import MUTABLE_PREFIXES, changed_keys, load_config
+from resilient_slurm.console import pipe_safe
 
 METRICS = ("loss", "val_loss", "exact_match")
 # Always different between two runs, so never worth listing.
@@ -88,6 +89,7 @@ def render(name_a: str, name_b: str, c: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pipe_safe
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="resilient-compare", description=__doc__.splitlines()[0])
     parser.add_argument("run_a", type=Path, metavar="RUN_A")

@@ -144,9 +144,9 @@ class Accounting:
 
 
 OUTSIDE = (Kind.SUBMITTED, Kind.CONFIG_ADJUSTED, Kind.CONFIG_CHANGED, Kind.TRIAL_LAUNCHED, Kind.TRIAL_PRUNED,
-           Kind.EXPLOIT)
-"""Written from outside the job (a launch, a search's controller), often between attempts: they
-mark no attempt's time."""
+           Kind.EXPLOIT, Kind.EVAL_DONE, Kind.EVAL_FAILED)
+"""Written from outside the job (a launch, a search's controller, a benchmark evaluation's own job),
+often between or after attempts: they mark no attempt's time."""
 
 
 def split_attempts(events: list[Event[Any]]) -> list[list[Event[Any]]]:

@@ -21,7 +21,10 @@ from typing import Any
 from resilient_slurm.analysis.goodput import BREAKDOWN_PARTS, Restart
 from resilient_slurm.analysis.summary import ReportError, Summary, load, summarize
 from resilient_slurm.config import ConfigError
+from resilient_slurm.console import pipe_safe
 from resilient_slurm.tracking.mlflow_store import StoredRun, is_file_store
+from resilient_slurm.ledger import EvalFailed, select
+from resilient_slurm.rundir.benchmarks import latest_by_step
 
 PNG = "report.png"
 
@@ -58,6 +61,7 @@ def render(s: Summary) -> str:
     add("checkpoint", f"{ckpt['path']} (step {ckpt['step']}, {ckpt['reason']})" if ckpt else "none")
     if s.final:
         add("metrics", "   ".join(f"{k} {v:.4g} (step {step})" for k, (v, step) in s.final.items()))
+    lines.extend(_benchmark_lines(s))
     lines.extend(_record_lines(f.record))
     if f.wandb_segments:
         add("wandb", f"{f.wandb_mode}, {len(f.wandb_segments)} segment(s) of run {f.meta['run_id']}; upload with")
@@ -111,6 +115,17 @@ def _mlflow_lines(m: StoredRun) -> list[str]:
     elif m.uri.startswith("sqlite:"):
         lines.append(f"  {'':<12}browse with: mlflow ui --backend-store-uri {m.uri}")
     return lines
+
+
+def _benchmark_lines(s: Summary) -> list[str]:
+    """Each evaluated checkpoint's scores at its step, and the evaluations that failed for good."""
+    out = [f"  {'benchmarks' if i == 0 else '':<12}step {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in scores.items())
+           for i, (step, scores) in enumerate(latest_by_step(s.files.benchmarks).items())]
+    scored = {int(row["step"]) for row in s.files.benchmarks}
+    for e in select(s.files.events, EvalFailed):
+        if e.details.final and e.step not in scored:
+            out.append(f"  {'benchmarks' if not out else '':<12}step {e.step}: failed ({e.details.error})")
+    return out
 
 
 def _restart_count(restarts: list[Restart]) -> str:
@@ -187,6 +202,7 @@ def _duration(s: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+@pipe_safe
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="resilient-report", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR")

@@ -10,6 +10,7 @@ from typing import Any
 
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.analysis.goodput import Accounting, account
+from resilient_slurm.rundir.benchmarks import read_scores
 from resilient_slurm.rundir.metrics import lost_path, read_metrics
 from resilient_slurm.rundir.record import read_record
 from resilient_slurm.rundir.identity import load_config
@@ -37,6 +38,8 @@ class RunFiles:
     wandb_mode: str | None = None
     mlflow: StoredRun | None = None
     """The run's MLflow run as its store holds it (None: the run never used MLflow)."""
+    benchmarks: list[dict[str, Any]] = field(default_factory=list)
+    """benchmarks.jsonl: the scores of evaluated checkpoints, each with its checkpoint's step."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ def load(run_dir: Path) -> RunFiles:
         kept=read_metrics(metrics), lost=read_metrics(lost_path(metrics)), record=read_record(run_dir),
         wandb_segments=[str(p.parent) for p in segments(RunDir(run_dir).wandb, meta["run_id"])], wandb_mode=mode,
         mlflow=describe(run_dir),
+        benchmarks=read_scores(RunDir(run_dir).benchmarks),
     )
 
 

@@ -1,6 +1,7 @@
 """`python -m resilient_slurm.checkpoint verify PATH [PATH ...]`
 
-Prints one line per checkpoint. Exit status: 0 all valid, 1 some invalid, 2 usage error.
+Prints one line per checkpoint. Exit status: 0 all valid, 1 some invalid, 2 usage error (a run
+directory given instead of a checkpoint: its checkpoints are listed).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from resilient_slurm.checkpoint import store
 from resilient_slurm.checkpoint.verify import verify
+from resilient_slurm.rundir import RunDir
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
@@ -24,6 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     status = 0
     for path in args.paths:
+        if RunDir(path).exists():
+            steps = store.list_step_dirs(RunDir(path).checkpoints)
+            print(f"not a checkpoint: {path}: a run directory; verify one of its checkpoints"
+                  + (" (newest first):" if steps else ": it has none yet"))
+            for _, step_dir in steps:
+                print(f"  {step_dir}")
+            status = max(status, EXIT_USAGE)
+            continue
         verdict = verify(path, checksums=not args.no_checksums)
         if verdict.ok and verdict.manifest is not None:
             m = verdict.manifest
@@ -31,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ok: {path}: step {m.step}, {len(m.files)} files, {total / 1e6:.1f} MB")
         else:
             print(f"invalid: {path}: {verdict.reason}")
-            status = EXIT_INVALID
+            status = max(status, EXIT_INVALID)
     return status
 
 

@@ -17,10 +17,13 @@ Modules, one per section, then the whole:
     cluster     cluster.*: local ranks or a Slurm allocation, spares, elastic shrinking [pure]
     monitor     monitor.* and health.*                                                  [pure]
     tracking    tracking.* and eval.*                                                   [pure]
+    harness     eval.harness.*: lm-evaluation-harness benchmarks beside training        [pure]
     faults      fault.*: injection for tests and drills                                 [pure]
     sweep       sweep.*: hyperparameter search                                          [pure]
     schema      Config (every section), placement keys, cross-section checks            [pure]
+    overrides   command-line overrides checked against the schema and conf/'s groups    [pure]
     compose     Hydra's composed config → typed Config; the schema Hydra starts from
+    composer    composing conf/ with Hydra's compose API, its errors in one line (launch, sweep)
 
 Everything is re-exported here: `from resilient_slurm.config import Config, ConfigError, ...`.
 """
@@ -44,7 +47,8 @@ from resilient_slurm.config.compose import (
 )
 from resilient_slurm.config.data import LOSS_MODES, DataConfig, SourceConfig
 from resilient_slurm.config.faults import FaultConfig
-from resilient_slurm.config.model import DTYPES, LORA_TARGETS, LoRAConfig, ModelConfig
+from resilient_slurm.config.harness import HarnessConfig
+from resilient_slurm.config.model import DTYPES, FAMILIES, LORA_TARGETS, LoRAConfig, ModelConfig
 from resilient_slurm.config.monitor import FINDINGS, HealthConfig, MonitorConfig
 from resilient_slurm.config.run import RunConfig
 from resilient_slurm.config.schema import PLACEMENT_PREFIXES, Config, train_steps, validate
@@ -53,10 +57,10 @@ from resilient_slurm.config.tracking import TRACKING_BACKENDS, TRACKING_MODES, E
 from resilient_slurm.config.train import OptimConfig, TrainConfig
 
 __all__ = [
-    "DTYPES", "FINDINGS", "LORA_TARGETS", "LOSS_MODES", "PLACEMENT_PREFIXES", "PRUNERS", "SAMPLERS", "SCHEDULERS",
+    "DTYPES", "FAMILIES", "FINDINGS", "LORA_TARGETS", "LOSS_MODES", "PLACEMENT_PREFIXES", "PRUNERS", "SAMPLERS", "SCHEDULERS",
     "TRACKING_BACKENDS",
     "TRACKING_MODES", "Adjustment", "CheckpointConfig", "ClusterConfig", "ColdTierConfig", "Config", "ConfigError",
-    "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "HealthConfig", "LoRAConfig", "MemoryTierConfig", "ModelConfig",
+    "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "HarnessConfig", "HealthConfig", "LoRAConfig", "MemoryTierConfig", "ModelConfig",
     "MonitorConfig", "OptimConfig", "RunConfig", "SourceConfig", "SweepConfig", "TrackingConfig", "TrainConfig", "driven",
     "explicit_keys", "fit_warmup", "flatten", "min_nodes", "register_schema", "to_config", "to_dict", "train_steps", "validate",
     "world_size",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import fields, is_dataclass
 from typing import Any
 
@@ -24,6 +26,27 @@ class Problems(list[str]):
 
 def key_of(line: str) -> str:
     return line.split(":")[0]
+
+
+def suggest(key: str, known: Iterable[str]) -> str | None:
+    """The known key a misspelt `key` most likely meant: the closest whole key (`optim.lrr` ->
+    `optim.lr`), else the key whose last part is closest (`lr` -> `optim.lr`); None if none is close."""
+    known = sorted(known)
+    close = difflib.get_close_matches(key, known, n=1)
+    if close:
+        return close[0]
+    by_leaf: dict[str, str] = {}
+    for k in known:
+        by_leaf.setdefault(k.rsplit(".", 1)[-1], k)
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(by_leaf), n=1, cutoff=0.75)
+    return by_leaf[close[0]] if close else None
+
+
+def not_a_key(key: str, known: Iterable[str]) -> str:
+    """The one line for a key the schema does not have, with the likeliest one it meant."""
+    close = suggest(key, known)
+    hint = f"did you mean {close}?" if close else "python -m resilient_slurm.launch --help lists the keys"
+    return f"{key}: not a config key; {hint}"
 
 
 def safe_name(name: str) -> bool:

@@ -32,6 +32,7 @@ class ClusterConfig:
     """local: after one rank exits abnormally, wait this long for the others, then kill them."""
     # --- slurm
     partition: str | None = None
+    """Slurm partition to submit to; null: the cluster's default."""
     nodes: int = 1
     """Nodes the training runs on."""
     spare_nodes: int = 0

@@ -10,8 +10,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from resilient_slurm.config.checks import ConfigError, flatten
+from resilient_slurm.config.checks import ConfigError, flatten, not_a_key
 from resilient_slurm.config.model import ModelConfig
+from resilient_slurm.config.overrides import Schema, unknown_keys
 from resilient_slurm.config.schema import Config, budget, train_steps, validate
 
 
@@ -48,17 +49,24 @@ def to_config(cfg: DictConfig | dict[str, Any], explicit: Iterable[str] = (),
     container = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(container, dict)
     container = with_user_keys({str(k): v for k, v in container.items() if k != "hydra"})
-    problems: list[str] = []
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(Config), container)
-    except OmegaConfBaseException:
-        # Find each bad value (merging key by key), then go on without them for the other checks.
-        merged = OmegaConf.structured(Config)
-        for key, value in flatten(container).items():
-            try:
-                merged = OmegaConf.merge(merged, _nested(key, value))
-            except OmegaConfBaseException as e:
+    schema = Schema.of(Config())
+    unknown = unknown_keys(container, schema)
+    problems = [not_a_key(key, schema.keys) for key in unknown]
+    container = _without(container, unknown)
+    merged = None
+    while merged is None:
+        try:
+            merged = OmegaConf.merge(OmegaConf.structured(Config), container)
+        except OmegaConfBaseException as e:
+            # Each failed merge names one bad value: note it, and go on without it for the other checks
+            # (one merge per bad value; merging key by key instead copies the whole config ~200 times).
+            key = getattr(e, "full_key", None)
+            if key and key in flatten(container):
                 problems.append(_type_problem(key, e))
+                container = _without(container, [key])
+                continue
+            merged, bad = _merge_key_by_key(container)
+            problems += bad
     try:
         typed = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
@@ -106,6 +114,31 @@ def fit_warmup(cfg: Config, explicit: set[str]) -> Adjustment | None:
 def explicit_keys(overrides: Iterable[str]) -> set[str]:
     """The config keys a list of Hydra overrides sets (`optim.lr=1e-4`, `+run.name=x`, `~key`)."""
     return {item.lstrip("+~").partition("=")[0] for item in overrides if "=" in item}
+
+
+def _merge_key_by_key(container: dict[str, Any]) -> tuple[Any, list[str]]:
+    """The slow way, for an error that names no key (a section given a plain value): merge each
+    value alone, keeping the ones that fit."""
+    merged, problems = OmegaConf.structured(Config), []
+    for key, value in flatten(container).items():
+        try:
+            merged = OmegaConf.merge(merged, _nested(key, value))
+        except OmegaConfBaseException as e:
+            problems.append(_type_problem(key, e))
+    return merged, problems
+
+
+def _without(tree: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    """A copy of a nested dict with the given flattened keys left out."""
+    out = dict(tree)
+    for key in keys:
+        node, parts = out, key.split(".")
+        for part in parts[:-1]:
+            inner = dict(node[part])
+            node[part] = inner
+            node = inner
+        node.pop(parts[-1], None)
+    return out
 
 
 def _nested(key: str, value: Any) -> dict[str, Any]:

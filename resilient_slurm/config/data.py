@@ -28,7 +28,8 @@ class DataConfig:
     kind: str = "chat"
     """chat: conversations (data.path); tokens: pretraining on token corpora mixed by weight (data.sources)."""
     task: str = "tiny-chat"
-    """Dataset name, used in generated run names."""
+    """Dataset name in generated run names for the package's own data (`asset:`); any other data is
+    named by the base name of `path`."""
     path: str = "asset:tiny_chat/chat.jsonl"
     """A chat .jsonl file or a directory of them: `messages` (system/user/assistant, multi-turn) or
     `prompt`/`completion` lines. `asset:tiny_chat/chat.jsonl` is the small set the package ships."""
@@ -43,9 +44,11 @@ class DataConfig:
     """Rows per forward/backward on one rank; accumulation = global / (micro * ranks). Where it does
     not fit in device memory, the run lowers it (ledger: oom_retry) and keeps the lower value on later
     starts with this same setting; how the rows are cut does not change what a step computes."""
-    val_samples: int = 256
-    """Conversations held out for evaluation, never trained on: those with the smallest content
-    hashes (a fixed set whatever the file order or world size), every copy of each."""
+    val_samples: float | None = None
+    """Conversations held out for evaluation, never trained on: a count (256), a share of the
+    distinct conversations (0.1), 0 for none (validation off), or null for min(256, 5%), which
+    never leaves fewer than 90% to train on (data/chat/split.py). Those with the smallest content
+    hashes are taken (a fixed set whatever the file order or world size), every copy of each."""
     loss: str = "assistant"
     """Tokens trained on: assistant (every assistant turn), last (the last one only), or all."""
     overlong: str = "truncate"
@@ -79,7 +82,10 @@ class DataConfig:
         p.need(self.overlong in ("truncate", "drop"), f"data.overlong: {self.overlong!r}; use truncate or drop")
         p.need(self.bad_lines in ("error", "skip"), f"data.bad_lines: {self.bad_lines!r}; use error or skip")
         p.need(self.micro_batch_size >= 1, f"data.micro_batch_size: {self.micro_batch_size}; set it to 1 or more")
-        p.need(self.val_samples >= 1, f"data.val_samples: {self.val_samples}; set it to 1 or more")
+        v = self.val_samples
+        p.need(v is None or v == 0 or 0 < v < 1 or (v >= 1 and float(v).is_integer()),
+               f"data.val_samples: {v}; use a count (256), a share in (0, 1) (0.05), 0 for no validation, or null "
+               f"for min(256, 5%)")
         return p
 
     def _token_problems(self) -> list[str]:

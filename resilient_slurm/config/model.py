@@ -10,6 +10,8 @@ from resilient_slurm.config.checks import Problems
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """The linear layers of a Llama decoder layer (Hugging Face names): what LoRA can adapt."""
 DTYPES = ("float32", "bfloat16")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+"""Model families the decoder builds (config.json's model_type); model/families.py says how each differs."""
 
 
 @dataclass
@@ -45,12 +47,15 @@ class LoRAConfig:
 @dataclass
 class ModelConfig:
     pretrained: str | None = None
-    """A Hugging Face Llama model directory (config.json, safetensors weights, tokenizer files) to
+    """A Hugging Face model directory of a supported family (FAMILIES: Llama, Qwen2/2.5, Qwen3, Mistral) (config.json, safetensors weights, tokenizer files) to
     fine-tune. Its config.json sets every dimension below at launch (none is copied by hand); the
     weights are read shard by shard, each rank only its own rows. Null: random initialisation."""
     config: str | None = None
     """A Hugging Face model directory (or its config.json) whose dimensions the model takes, with
     random weights: pretraining a known architecture from scratch. Ignored with `pretrained`."""
+    family: str = "llama"
+    """The architecture's family (FAMILIES), from config.json's model_type when `pretrained` is set;
+    it names the class an export's config.json gives transformers."""
     name: str = "llama-tiny"
     """Short model name, used in generated run names (the directory's name when `pretrained` is set)."""
     vocab_size: int = 512
@@ -69,6 +74,14 @@ class ModelConfig:
     """HF rope_scaling, e.g. Llama-3.1's {rope_type: llama3, factor: 8, low_freq_factor: 1,
     high_freq_factor: 4, original_max_position_embeddings: 8192}; null: none."""
     rms_norm_eps: float = 1e-5
+    qkv_bias: bool = False
+    """Biases on the q, k and v projections (Qwen2 / Qwen2.5)."""
+    qk_norm: bool = False
+    """An RMSNorm over each head's dimension on q and k, before the rotary embedding (Qwen3)."""
+    sliding_window: int | None = None
+    """The attention window the model was trained with (Mistral's sliding_window; Qwen2's when
+    use_sliding_window is on); null: none. The decoder attends over the whole row, which is the
+    same computation only while data.seq_len fits in the window, so a shorter one is refused."""
     tie_embeddings: bool = False
     bos_token_id: int | None = None
     eos_token_id: list[int] = field(default_factory=list)
@@ -85,13 +98,15 @@ class ModelConfig:
 
     def problems(self) -> list[str]:
         p = Problems()
-        p.need(self.hidden_size % self.num_heads == 0,
+        # An explicit head_dim (Qwen3's, Gemma-style) need not be hidden_size / num_heads.
+        p.need(self.head_dim is not None or self.hidden_size % self.num_heads == 0,
                f"model.hidden_size: {self.hidden_size} is not divisible by model.num_heads={self.num_heads}; change one")
         p.need(self.num_heads % self.num_kv_heads == 0,
                f"model.num_kv_heads: {self.num_kv_heads} does not divide model.num_heads={self.num_heads}; pick a "
                f"divisor")
-        p.need((self.hidden_size // max(self.num_heads, 1)) % 2 == 0,
+        p.need((self.head_dim or self.hidden_size // max(self.num_heads, 1)) % 2 == 0,
                "model.hidden_size: head dim must be even for rotary embeddings; change hidden_size or num_heads")
+        p.need(self.family in FAMILIES, f"model.family: {self.family!r} unknown; use one of {', '.join(FAMILIES)}")
         p.need(self.dtype in DTYPES, f"model.dtype: {self.dtype!r} unknown; use one of {', '.join(DTYPES)}")
         p.extend_new(self.lora.problems())
         return p

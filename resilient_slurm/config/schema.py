@@ -61,6 +61,10 @@ def validate(cfg: Config) -> list[str]:
     p.extend_new(m.problems())
     p.need(d.seq_len <= m.max_seq_len,
            f"data.seq_len: {d.seq_len} exceeds model.max_seq_len={m.max_seq_len}; lower it or raise max_seq_len")
+    p.need(m.sliding_window is None or d.seq_len <= m.sliding_window,
+           f"data.seq_len: {d.seq_len} is longer than the model's sliding_window={m.sliding_window} "
+           f"({m.pretrained or 'model.sliding_window'}), and the decoder attends over the whole row; lower "
+           f"data.seq_len to {m.sliding_window} or less")
     p.extend_new(d.problems())
     # A recipe that requires its model's directory says so already; its tokenizer comes from there.
     model_dir = m.pretrained or (m.config if d.kind == "tokens" else None)

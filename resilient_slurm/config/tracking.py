@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from resilient_slurm.config.checks import Problems
+from resilient_slurm.config.harness import HarnessConfig
 
 TRACKING_MODES = ("offline", "online", "disabled")
 TRACKING_BACKENDS = ("wandb", "mlflow", "none")
@@ -57,10 +58,12 @@ class EvalConfig:
     task metrics judge; for the built-in exact match, each response is decoded greedily (0 = none)."""
     predictions: int = 8
     """Rows (prompt, target, prediction) in each evaluation's table of sample predictions."""
+    harness: HarnessConfig = field(default_factory=HarnessConfig)
 
     def problems(self) -> list[str]:
         p = Problems()
         p.need(self.every_steps >= 0, f"eval.every_steps: {self.every_steps}; set it >= 0 (0 = off)")
         p.need(self.task_samples >= 0 and self.predictions >= 0,
                "eval.task_samples: task_samples and predictions must be >= 0; raise them")
+        p.extend_new(self.harness.problems())
         return p

@@ -10,9 +10,11 @@ from resilient_slurm.config.checks import Problems
 @dataclass
 class OptimConfig:
     lr: float = 1e-4
+    """Peak learning rate of AdamW, reached after the warmup, then decayed on a cosine."""
     min_lr_ratio: float = 0.1
     """Cosine decay ends at lr * min_lr_ratio."""
     warmup_steps: int = 20
+    """Steps of linear warmup from 0 to lr (below train.max_steps)."""
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -44,10 +46,13 @@ class OptimConfig:
 @dataclass
 class TrainConfig:
     max_steps: int = 300
+    """Optimizer steps of the whole run; the run finishes (final save, hf/) on reaching it."""
     max_tokens: int = 0
     """A budget in trained tokens instead of max_steps: ceil(max_tokens / (global_batch_size * seq_len)) steps (0: off)."""
     seed: int = 1234
+    """Seeds the initial weights, the data order and dropout: two runs with one seed are identical."""
     log_every_steps: int = 10
+    """Print a progress line every N steps (metrics.jsonl has every step)."""
     deterministic: bool = True
     """torch.use_deterministic_algorithms: needed for bit-identical resume."""
     threads: int = 0

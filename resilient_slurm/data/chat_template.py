@@ -79,14 +79,16 @@ class ChatTemplate:
         self.variables = dict(variables)
         self.has_generation_markers = bool(_GENERATION.search(source))
 
-    def render(self, messages: list[dict[str, str]],
-               add_generation_prompt: bool = False) -> tuple[str, list[tuple[int, int]]]:
-        """The text, and the character spans of its `{% generation %}` blocks (empty without markers)."""
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
+               tools: list[dict[str, Any]] | None = None) -> tuple[str, list[tuple[int, int]]]:
+        """The text, and the character spans of its `{% generation %}` blocks (empty without markers).
+        `tools`: function schemas, as transformers passes them (a template with tool-call branches
+        renders them; others ignore them)."""
         if self.has_generation_markers and any(_OPEN in m["content"] or _CLOSE in m["content"] for m in messages):
             raise TemplateRenderError("a message contains the private-use characters U+E000/U+E001; remove them")
         try:
             raw = self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                        tools=None, documents=None, **self.variables)
+                                        tools=tools, documents=None, **self.variables)
         except jinja2.exceptions.TemplateError as e:
             raise TemplateRenderError(f"the chat template refused it: {e}") from None
         if not self.has_generation_markers:

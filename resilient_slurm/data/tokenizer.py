@@ -103,12 +103,14 @@ class ChatTokenizer:
         assert self._template is not None
         return self._template
 
-    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str:
-        return self.template.render(messages, add_generation_prompt)[0]
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
+               tools: list[dict[str, Any]] | None = None) -> str:
+        return self.template.render(messages, add_generation_prompt, tools)[0]
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> list[int]:
-        """The token ids transformers' `apply_chat_template(messages, tokenize=True)` gives."""
-        return list(self.encode(self.render(messages, add_generation_prompt)).ids)
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
+                            tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """The token ids transformers' `apply_chat_template(messages, tools=tools, tokenize=True)` gives."""
+        return list(self.encode(self.render(messages, add_generation_prompt, tools)).ids)
 
     def _eos_ids(self, directory: str) -> tuple[int, ...]:
         ids: list[int] = []

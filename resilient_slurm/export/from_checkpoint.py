@@ -22,6 +22,7 @@ from resilient_slurm.checkpoint import layout
 from resilient_slurm.checkpoint.reader import Reader, read_json, saved_tensors
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.config import Config
+from resilient_slurm.console import progress
 from resilient_slurm.export.adapters import merged_reader, write_adapter
 from resilient_slurm.export.hf_writer import DTYPE_NAMES, ExportError, write_hf
 from resilient_slurm.data.chat.dataset import resolve_path
@@ -80,8 +81,14 @@ def export_checkpoint(ckpt: Path, out: Path, cfg: Config, dtype: torch.dtype | N
         shapes = expected_shapes(cfg.model)
         tensors = list(shapes.items())
         source = merged_reader(cfg, list(saved), read, shapes)
-    shards = write_hf(str(out), tensors, source, model_cfg, dtype, tokenizer_dir=tokenizer_dir,
-                      base_dir=cfg.model.pretrained, max_shard_bytes=5 * 10**9)
+    with progress(len(tensors), f"exporting {ckpt.name} to {out}", unit="tensor") as bar:
+        def counted(name: str) -> torch.Tensor:
+            tensor = source(name)
+            bar.update()
+            return tensor
+
+        shards = write_hf(str(out), tensors, counted, model_cfg, dtype, tokenizer_dir=tokenizer_dir,
+                          base_dir=cfg.model.pretrained, max_shard_bytes=5 * 10**9)
     return Written("hf", DTYPE_NAMES[dtype], len(shards))
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from resilient_slurm.config import ModelConfig
+from resilient_slurm.model.families import FAMILIES
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -56,10 +57,12 @@ def index(shards: Sequence[Shard]) -> dict[str, Any]:
 
 
 def model_config(cfg: ModelConfig, dtype: str) -> dict[str, Any]:
-    """config.json for a model with no base directory (trained from random weights)."""
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+    """config.json for a model with no base directory (trained from random weights), in its family's
+    spelling: the keys each family's transformers config reads (Qwen2 has q/k/v biases without a
+    flag; Qwen3 reads attention_bias for all four projections, so it stays false)."""
+    out = {
+        "architectures": [FAMILIES[cfg.family].architecture],
+        "model_type": cfg.family,
         "torch_dtype": dtype,
         "dtype": dtype,
         "vocab_size": cfg.vocab_size,
@@ -83,6 +86,11 @@ def model_config(cfg: ModelConfig, dtype: str) -> dict[str, Any]:
         "initializer_range": cfg.init_std,
         "use_cache": True,
     }
+    if cfg.family != "llama":
+        out["sliding_window"] = cfg.sliding_window
+    if cfg.family in ("qwen2", "qwen3"):
+        out["use_sliding_window"] = False
+    return out
 
 
 def config_from_base(base: dict[str, Any], dtype: str) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from resilient_slurm.data.tokenizer import TOKENIZER_FILES
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 # Fields that fix the weights' shapes and meaning: an export over a base must agree with it on each.
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
-                "head_dim", "tie_embeddings")
+                "head_dim", "tie_embeddings", "family", "qkv_bias", "qk_norm")
 
 
 class ExportError(ValueError):
@@ -119,7 +119,7 @@ def _checked_shapes(tensors: Sequence[tuple[str, Sequence[int]]],
     out = [(name, tuple(shape)) for name, shape in tensors if not (cfg.tie_embeddings and name == "lm_head.weight")]
     for name, shape in out:
         if name not in expected:
-            raise ExportError(f"export: tensor {name} is not a parameter of a Llama with this model config")
+            raise ExportError(f"export: tensor {name} is not a parameter of a {cfg.family} model with this config")
         if shape != expected[name]:
             raise ExportError(f"export: tensor {name} has shape {list(shape)} but the model config gives "
                               f"{list(expected[name])}")

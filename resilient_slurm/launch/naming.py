@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import date
+from pathlib import PurePath
 from typing import Any
 
 from resilient_slurm.config import PLACEMENT_PREFIXES, Config
@@ -34,13 +35,15 @@ _PLACEMENT = PLACEMENT_PREFIXES + ("hydra.", "hydra/")
 _MAX_GROUP_KEYS = 3
 # Group choices the name already spells (model, task) or that do not change what is computed.
 _NAMED_GROUPS = ("experiment", "model", "data", "cluster", "checkpoint", "entry")
+# Paths the name spells by their base names, as the model and the task (or that follow from them).
+_NAMED_PATHS = ("model.pretrained", "data.path", "data.tokenizer")
 
 
 def variant(overrides: list[str]) -> str:
     parts = []
     for item in overrides:
         key, sep, value = item.lstrip("+~").partition("=")
-        if not sep or key.startswith(_PLACEMENT) or key in _NAMED_GROUPS:
+        if not sep or key.startswith(_PLACEMENT) or key in _NAMED_GROUPS or key in _NAMED_PATHS:
             continue
         if "." not in key:  # another group's choice, e.g. `lora=r16`
             parts.append(f"{_clean(key)}-{_clean(value)}")
@@ -55,8 +58,17 @@ def variant(overrides: list[str]) -> str:
 def run_name(cfg: Config, overrides: list[str], today: date) -> str:
     """A user's own function (`entry=pkg.mod:fn`) is named by its package, as the model and the
     task name the built-in trainer's runs."""
-    what = cfg.entry.split(".")[0].split(":")[0] if cfg.entry else f"{cfg.model.name}-{cfg.data.task}"
+    what = cfg.entry.split(".")[0].split(":")[0] if cfg.entry else f"{cfg.model.name}-{task(cfg)}"
     return f"{_clean(what)}-{today:%Y%m%d}-{variant(overrides)}"
+
+
+def task(cfg: Config) -> str:
+    """The data's name: `data.task` for the package's own sets (`asset:`), else the base name of
+    `data.path` (`/data/support_v2.jsonl` -> `support_v2`; a directory's own name)."""
+    path = cfg.data.path.rstrip("/")
+    if not path or path.startswith("asset:"):
+        return cfg.data.task
+    return PurePath(path).name.removesuffix(".jsonl")
 
 
 def ablation_group(changed: dict[str, tuple[Any, Any]], baseline_run: str, run: str) -> str:

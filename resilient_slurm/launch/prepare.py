@@ -5,13 +5,18 @@ The directory's files are `rundir.RunDir`'s. A relaunch may change where and how
 model, data, optimizer or schedule is a different run, refused unless `run.fork=true` asks for one
 (`<name>-forkN`, whose run.json names its parent).
 
-The one exception is a change the caller allows explicitly (`AllowedChange`: PBT's explore step
-continues a member with new hyperparameters). It is recorded in run.json (`changes`, and the new
+The config is frozen only once the run has trained: before its first checkpoint (no `save` in its
+ledger) a relaunch may change anything, data included (its recorded fingerprint is dropped). The
+other exception is a change the caller allows explicitly (`AllowedChange`: PBT's explore step
+continues a member with new hyperparameters). Either is recorded in run.json (`changes`, and the new
 config hash) and in the ledger (`config_changed`); the run resumes with the new values.
+
+A run that has finished (a `finish` in its ledger) is not run again: `finished` finds it first.
 """
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from dataclasses import dataclass
 from datetime import date
@@ -23,7 +28,7 @@ from omegaconf import OmegaConf
 from resilient_slurm.config import Config, ConfigError, flatten, to_dict
 from resilient_slurm.files import atomic_write, utc_stamp
 from resilient_slurm.launch.naming import ablation_group, run_name
-from resilient_slurm.ledger import ConfigChanged, EventLog
+from resilient_slurm.ledger import ConfigChanged, EventLog, Kind, read_events
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.rundir.identity import changed_keys, config_hash, identity, load_config, write_config
 from resilient_slurm.rundir.meta import read_meta, update_meta, write_meta
@@ -51,15 +56,20 @@ def prepare(cfg: Config, overrides: list[str], today: date | None = None,
     or with `run.fork` moves to the first fork `<name>-forkN` that is new or has this identity;
     a change of only the keys `allow` names is made and recorded instead."""
     run_dir = run_dir_for(cfg, overrides, today)
+    _check_writable(Path(cfg.run.root))
     parent: dict[str, Any] | None = None
-    if cfg.run.fork and RunDir(run_dir).exists() and (changed := _changed(run_dir, cfg)):
+    if cfg.run.fork and RunDir(run_dir).exists() and trained(run_dir) and (changed := _changed(run_dir, cfg)):
         parent = {"name": run_dir.name, "run_id": read_meta(run_dir)["run_id"], "changed": changed}
         run_dir = _fork_dir(run_dir, cfg)
     cfg.run.name = run_dir.name
     if RunDir(run_dir).exists():
         changed = _changed(run_dir, cfg)
         allow = allow or long_run_change(load_config(run_dir), cfg)
-        if changed and allow is not None and set(changed) <= allow.keys:
+        if not trained(run_dir):
+            RunDir(run_dir).data_record.unlink(missing_ok=True)
+            if changed:
+                _record_change(run_dir, cfg, changed, "not trained yet (no checkpoint): a relaunch may change anything")
+        elif changed and allow is not None and set(changed) <= allow.keys:
             _record_change(run_dir, cfg, changed, allow.reason)
         elif changed:
             old, new = flatten(to_dict(load_config(run_dir))), flatten(to_dict(cfg))
@@ -89,6 +99,31 @@ def prepare(cfg: Config, overrides: list[str], today: date | None = None,
     write_meta(run_dir, meta)
     record_launch(run_dir, overrides, resumed=False)
     return run_dir, False
+
+
+def trained(run_dir: Path) -> bool:
+    """The run has saved a checkpoint (in whichever tier): from then on what it computes is fixed."""
+    return any(e.kind is Kind.SAVE for e in read_events(RunDir(run_dir).events))
+
+
+def finished(cfg: Config, overrides: list[str], today: date | None = None) -> Path | None:
+    """The run directory this launch would re-open, if that run has finished with this same config
+    (a changed one is for `prepare` to refuse or fork)."""
+    run_dir = run_dir_for(cfg, overrides, today)
+    if not RunDir(run_dir).exists() or _changed(run_dir, cfg):
+        return None
+    return run_dir if any(e.kind is Kind.FINISH for e in read_events(RunDir(run_dir).events)) else None
+
+
+def _check_writable(root: Path) -> None:
+    """The experiments root exists (or is made) and takes a new file; else one line naming it."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as e:
+        raise ConfigError(f"run.root: cannot write to {root} ({e.strerror or e}); set run.root to a directory you "
+                          f"can write") from None
 
 
 LENGTH_KEYS = frozenset({"train.max_steps", "train.max_tokens", "optim.decay_steps", "optim.decay_fraction",

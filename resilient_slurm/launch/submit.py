@@ -5,6 +5,8 @@ script runs `supervise.driver.SlurmDriver`, which starts the tasks as job steps 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,10 @@ def executor_parameters(c: ClusterConfig, job_name: str, exclude: str) -> dict[s
     return params
 
 
+class SubmitError(RuntimeError):
+    """sbatch refused the job, or there is no Slurm here; one line saying which and the fix."""
+
+
 def submit(cfg: Config, run_dir: Path) -> str:
     """Submit; returns the job id. With `cluster.wait`, also blocks until the job ends."""
     import submitit
@@ -58,7 +64,16 @@ def submit(cfg: Config, run_dir: Path) -> str:
         excluded = exclude_list.exclude_value(exclude_list.load(cfg.cluster.exclude_file), time.time())
     executor = submitit.SlurmExecutor(folder=RunDir(run_dir).slurm, max_num_timeout=0)
     executor.update_parameters(**executor_parameters(cfg.cluster, run_dir.name, excluded))
-    job = executor.submit((SlurmDriver if config.driven(cfg.cluster) else SlurmTask)(str(run_dir)))
+    task = (SlurmDriver if config.driven(cfg.cluster) else SlurmTask)(str(run_dir))
+    try:
+        # submitit prints sbatch's whole stderr before raising; the one line below says it.
+        with contextlib.redirect_stderr(io.StringIO()):
+            job = executor.submit(task)
+    except (submitit.core.utils.FailedJobError, OSError) as e:
+        lines = [line for line in str(e).splitlines() if line.strip()]
+        said = next((line for line in reversed(lines) if "fatal" in line or "error" in line), lines[-1] if lines else "")
+        raise SubmitError(f"cluster=slurm: sbatch refused the job: {said.strip() or type(e).__name__}; check that "
+                          f"Slurm is configured here (sinfo), or use cluster=local") from None
     EventLog(RunDir(run_dir).events, rank=-1, context={"job_id": job.job_id}).emit(
         Submitted(exclude=excluded or None), None)
     log = RunDir(run_dir).slurm / f"{job.job_id}_0_log.out"

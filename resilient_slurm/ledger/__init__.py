@@ -10,8 +10,9 @@ Modules:
     kinds           every kind of event (Kind), and the base of their fields (Details)     [pure]
     launch_events   submitted, attempt, start, data ready and phases, resume, config adjusted [pure]
     save_events     saves, their failures, emergency plans, retention, copies, the interval   [pure]
-    fault_events    anomalies, rollbacks, signals, crashes, OOM, hangs, requeues, restarts    [pure]
+    fault_events    anomalies, rollbacks, signals, forced exits, crashes, OOM, hangs, restarts [pure]
     sweep_events    a search's study ledger and a trial's own                                 [pure]
+    eval_events     benchmark evaluations beside training: launched, done, failed             [pure]
     log             the writer (EventLog) and the readers (read_events, read_new_events, select)
 
 Every name is re-exported here: `from resilient_slurm.ledger import Save, EventLog, ...`.
@@ -53,6 +54,7 @@ from resilient_slurm.ledger.fault_events import (
     Rollback,
     GaveUp,
     Signal,
+    ForcedExit,
     Stop,
     Crash,
     OomRetry,
@@ -83,6 +85,7 @@ from resilient_slurm.ledger.sweep_events import (
     Exploit,
     Explore,
 )
+from resilient_slurm.ledger.eval_events import EvalDone, EvalFailed, EvalLaunched
 from resilient_slurm.ledger.log import (
     CATALOG,
     FAILURES,
@@ -100,8 +103,13 @@ from resilient_slurm.ledger.log import (
 __all__ = [
     "Anomaly", "Attempt", "BuddyCopy", "CATALOG", "CheckpointInterval", "CheckpointSkipped", "ColdCopy",
     "ColdCopyCancelled", "ColdCopyDeferred", "ColdCopyFailed", "ColdRetention", "ColdRetentionFailed",
+<<<<<<< HEAD
     "ConfigAdjusted", "ConfigChanged", "Crash", "DataPhase", "DataReady", "Details", "SourceEpoch", "SourceExhausted", "EmergencyPlan", "Event", "EventLog",
     "Exploit", "Explore", "Exported", "FAILURES", "Finish", "GaveUp", "Hang", "PeerLost", "HostOom", "Kind", "MemorySave", "LEDGER_FILE",
+=======
+    "ConfigAdjusted", "ConfigChanged", "Crash", "DataPhase", "DataReady", "Details", "SourceEpoch", "SourceExhausted", "EmergencyPlan", "EvalDone", "EvalFailed", "EvalLaunched", "Event", "EventLog",
+    "Exploit", "Explore", "Exported", "FAILURES", "Finish", "ForcedExit", "GaveUp", "Hang", "HostOom", "Kind", "MemorySave", "LEDGER_FILE",
+>>>>>>> lead
     "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "Requeue",
     "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",
     "SaveSkipped", "Signal", "StacksDumped", "Start", "Stop", "Submitted", "SweepStarted", "TrialFailed",

@@ -45,9 +45,27 @@ class GaveUp(Details):
 
 @dataclass(frozen=True, kw_only=True)
 class Signal(Details):
+    """A stop signal (SIGUSR1, SIGUSR2, SIGTERM, SIGINT: Ctrl-C), recorded by each rank at the step
+    boundary it acts on."""
+
     KIND = Kind.SIGNAL
     signal: str
     received: str
+    """UTC time the signal arrived."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForcedExit(Details):
+    """A second Ctrl-C within a few seconds of the first: the local launcher killed the ranks at
+    once, without a save (rank -1). Launching again resumes from the newest checkpoint."""
+
+    KIND = Kind.FORCED_EXIT
+    first: str
+    """UTC time of the Ctrl-C that asked for the stop."""
+    second: str
+    """UTC time of the one that asked to exit at once."""
+    ranks: list[int]
+    """The ranks still running, killed."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,7 @@
-"""A Llama-architecture decoder (RMSNorm, rotary embeddings with Llama-3.1 scaling, SwiGLU,
-grouped-query attention) in the layout of Hugging Face's `LlamaForCausalLM`.
+"""The one decoder: Llama's architecture (RMSNorm, rotary embeddings with Llama-3.1 scaling, SwiGLU,
+grouped-query attention) in the layout of Hugging Face's `LlamaForCausalLM`, with the switches the
+other supported families need (families.py): biases on q, k, v (Qwen2), a per-head RMSNorm on q and
+k and a head_dim of its own (Qwen3). Mistral is Llama's layout.
 
 Parameter names follow HF (`model.layers.0.self_attn.q_proj.weight`, `lm_head.weight`, ...) and the
 rotary convention is HF's `rotate_half`, so pretrained weights load without any permutation and an
@@ -75,15 +77,21 @@ class Attention(nn.Module):
         self.num_heads = cfg.num_heads
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = head_dim(cfg)
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * self.head_dim, bias=False)
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * self.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * self.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * self.head_dim, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.num_heads * self.head_dim, cfg.hidden_size, bias=False)
+        # Qwen3: q and k normalised per head (over head_dim) before the rotary embedding.
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
@@ -173,11 +181,13 @@ class LlamaForCausalLM(nn.Module):
 
 
 def init_value(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int) -> torch.Tensor:
-    """The random initial value of parameter `name` (the whole tensor): ones for norms, normal(0,
-    init_std) for the rest, drawn from (seed, name) alone, so every rank and every world size
+    """The random initial value of parameter `name` (the whole tensor): ones for norms, zeros for
+    biases, normal(0, init_std) for the rest, drawn from (seed, name) alone, so every rank and every world size
     starts from the same weights, whatever order the parameters are visited in."""
     if name.endswith("norm.weight"):
         return torch.ones(shape)
+    if name.endswith(".bias"):
+        return torch.zeros(shape)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
     return torch.randn(shape, generator=generator) * cfg.init_std
 

@@ -15,7 +15,8 @@ What users need from peft is its file format, and `export/` writes it: `peft.Pef
 A target `nn.Linear` becomes a `LoRALinear` that keeps its `weight` under the same name, so the base
 loads and exports as before, and adds `lora_A` (rank x in) and `lora_B` (out x rank): PEFT's names,
 so an adapter's PEFT key is ours behind `base_model.model.`. Its output is PEFT's, in PEFT's order:
-`base(x) + lora_B(lora_A(dropout(x))) * alpha / rank`.
+`base(x) + lora_B(lora_A(dropout(x))) * alpha / rank`, base(x) with the base's bias where it has one.
+The targets are named the same way in every supported family (q_proj ... down_proj).
 
 A starts uniform in +-1/sqrt(in) (kaiming-uniform with a = sqrt(5), PEFT's and torchtune's default)
 and B at zero, so a new adapter changes nothing: step 1 trains on exactly the base model.
@@ -50,11 +51,11 @@ class LoRALinear(nn.Linear):
     scaling: float
 
     def __init__(self, base: nn.Linear, rank: int, alpha: float, dropout: float) -> None:
-        if base.bias is not None:
-            raise LoRAError("LoRA targets here have no bias; this layer has one")
-        # Built on meta, then given the base's own weight: no second copy of it is ever allocated.
+        # Built on meta, then given the base's own weight (and bias: Qwen2's q, k, v have one): no
+        # second copy of either is ever allocated, and both keep their Hugging Face names.
         super().__init__(base.in_features, base.out_features, bias=False, device="meta")
         self.weight = base.weight
+        self.bias = base.bias
         device = base.weight.device
         self.lora_A = nn.Linear(base.in_features, rank, bias=False, device=device)
         self.lora_B = nn.Linear(rank, base.out_features, bias=False, device=device)
@@ -62,7 +63,7 @@ class LoRALinear(nn.Linear):
         self.scaling = alpha / rank
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight) + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
+        return F.linear(x, self.weight, self.bias) + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
 
 
 def apply_lora(model: nn.Module, cfg: LoRAConfig) -> list[str]:

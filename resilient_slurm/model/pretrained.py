@@ -1,4 +1,4 @@
-"""A Hugging Face Llama directory: its config.json as ModelConfig values, and its safetensors weights
+"""A Hugging Face model directory (a family of families.py): its config.json as ModelConfig values, and its safetensors weights
 read row range by row range.
 
 `HFWeights.read_rows` reads one contiguous byte range of one file with a positioned read, so a rank
@@ -25,8 +25,8 @@ import torch
 from resilient_slurm.checkpoint.safetensors_io import FormatError, Header, read_header
 from resilient_slurm.config import ModelConfig
 from resilient_slurm.model.decoder import LlamaForCausalLM
+from resilient_slurm.model.families import PretrainedError, family_of, switches
 
-ARCHITECTURE = "LlamaForCausalLM"
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
@@ -34,35 +34,19 @@ IDENTITY_SAMPLE_BYTES = 4096
 """identity() hashes this many bytes at each end of every tensor's data."""
 
 
-class PretrainedError(ValueError):
-    """The pretrained directory cannot be used; the message is one line naming it and what is wrong."""
-
-
 def read_model_config(directory: str) -> dict[str, Any]:
-    """ModelConfig field values from `directory/config.json`, or PretrainedError for anything that is
-    not a plain Llama (another architecture, biases, a RoPE scaling other than llama3)."""
+    """ModelConfig field values from `directory/config.json`, or PretrainedError for anything the
+    decoder does not build (another family, biases it lacks, a RoPE scaling other than llama3)."""
     config = _read_json(os.path.join(directory, "config.json"), directory)
     return model_fields(config, directory)
 
 
 def model_fields(config: Mapping[str, Any], directory: str) -> dict[str, Any]:
     """config.json's contents → ModelConfig field values (`directory` only names it in errors)."""
-    architectures = config.get("architectures") or []
-    model_type = config.get("model_type")
-    for arch in architectures:
-        if arch != ARCHITECTURE:
-            raise PretrainedError(f"{directory}: architecture {arch} is not supported; resilient_slurm "
-                                  f"fine-tunes {ARCHITECTURE} checkpoints")
-    if model_type != "llama":
-        raise PretrainedError(f"{directory}: model_type {model_type} is not supported; resilient_slurm "
-                              f"fine-tunes {ARCHITECTURE} checkpoints (model_type llama)")
-    for flag in ("attention_bias", "mlp_bias"):
-        if config.get(flag):
-            raise PretrainedError(f"{directory}: config.json sets {flag}: true; resilient_slurm's Llama has no "
-                                  "biases, so this checkpoint is not supported")
+    family = family_of(config, directory)
     act = config.get("hidden_act", "silu")
     if act != "silu":
-        raise PretrainedError(f"{directory}: hidden_act {act} is not supported; Llama uses silu")
+        raise PretrainedError(f"{directory}: hidden_act {act} is not supported; the decoder's MLP uses silu")
     try:
         hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
         fields: dict[str, Any] = {
@@ -77,12 +61,13 @@ def model_fields(config: Mapping[str, Any], directory: str) -> dict[str, Any]:
             "rms_norm_eps": float(config["rms_norm_eps"]),
         }
     except KeyError as e:
-        raise PretrainedError(f"{directory}: config.json lacks {e.args[0]}; it is not a complete Llama "
-                              "config") from None
+        raise PretrainedError(f"{directory}: config.json lacks {e.args[0]}; it is not a complete "
+                              f"{family.architecture} config") from None
     head_dim = config.get("head_dim")
     fields["head_dim"] = int(head_dim) if head_dim and int(head_dim) != hidden // heads else None
     fields["rope_theta"], fields["rope_scaling"] = _rope(config, directory)
     fields["tie_embeddings"] = bool(config.get("tie_word_embeddings", False))
+    fields.update(switches(config, family))
     bos, eos = config.get("bos_token_id"), config.get("eos_token_id")
     fields["bos_token_id"] = None if bos is None else int(bos)
     fields["eos_token_id"] = [int(i) for i in eos] if isinstance(eos, list) else [] if eos is None else [int(eos)]
@@ -100,7 +85,7 @@ def _rope(config: Mapping[str, Any], directory: str) -> tuple[float, dict[str, A
         return theta, None
     if rope_type != "llama3":
         raise PretrainedError(f"{directory}: rope type {rope_type} is not supported; resilient_slurm supports "
-                              "Llama's default RoPE and Llama-3.1's llama3 scaling")
+                              "the default RoPE and Llama-3.1's llama3 scaling")
     missing = [k for k in LLAMA3_ROPE_KEYS if k not in scaling]
     if missing:
         raise PretrainedError(f"{directory}: the llama3 rope scaling lacks {', '.join(missing)}")

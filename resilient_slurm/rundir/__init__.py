@@ -6,6 +6,7 @@ Modules:
     identity   what a run computes (its identity, config hash, changed keys); config.yaml
     meta       run.json: read, written and updated atomically
     metrics    metrics.jsonl (the surviving timeline) and metrics-lost.jsonl (steps redone)
+    benchmarks benchmarks.jsonl: benchmark scores of checkpoints, each at its checkpoint's step
     record     record.jsonl: every launch and attempt (job, nodes, versions, git state and diff)
 """
 

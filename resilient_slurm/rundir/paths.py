@@ -53,6 +53,16 @@ class RunDir:
         return self.path / "metrics.jsonl"
 
     @property
+    def benchmarks(self) -> Path:
+        """benchmarks.jsonl: each evaluated checkpoint's benchmark scores, at its own step (rundir/benchmarks.py)."""
+        return self.path / "benchmarks.jsonl"
+
+    @property
+    def evals(self) -> Path:
+        """evals/: one work directory per benchmark evaluation (`step_N/`: its log, lm-eval's results)."""
+        return self.path / "evals"
+
+    @property
     def data_record(self) -> Path:
         """data.json: the data's fingerprint at the first start; later starts must match it."""
         return self.path / "data.json"

@@ -32,6 +32,7 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
 from resilient_slurm.config import Config, train_steps
+from resilient_slurm.console import progress
 from resilient_slurm.runtime.distributed import Comm
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.data.chat.dataset import ChatData, EvalSample
@@ -87,6 +88,8 @@ class Evaluator:
         w, r = comm.world_size, comm.rank
         # Named splits: a token mixture's, one per source; the chat data's one, unnamed.
         self.splits = data.val if isinstance(data, TokenData) else {"": data.val}
+        if not any(rows.num_rows for rows in self.splits.values()):
+            self.every = 0  # nothing held out (data.val_samples=0, or too few rows for 5%): nothing to evaluate
         self.val_rows = {name: _padded(list(range(r, rows.num_rows, w)), rows.num_rows, w, self.batch)
                          for name, rows in self.splits.items()}
         samples = data.eval_samples(cfg.eval.task_samples) if cfg.eval.task_samples and isinstance(data, ChatData) \
@@ -100,10 +103,17 @@ class Evaluator:
         return self.every > 0 and (step % self.every == 0 or step == self.max_steps)
 
     @torch.inference_mode()
-    def run(self) -> EvalResult:
+    def run(self, step: int | None = None) -> EvalResult:
         start = time.perf_counter()
         self.model.eval()
         sums: list[float] = []
+        data = self.data
+        chunks = range(0, len(self.samples), self.batch) if isinstance(data, ChatData) else range(0)
+        # Rank 0's share stands for every rank's: they run the same number of batches.
+        batches = sum(len(range(0, len(rows), self.batch)) for rows in self.val_rows.values())
+        bar = progress(batches + len(chunks) * len(self.metrics),
+                       "evaluating" + (f" at step {step}" if step is not None else ""), unit="batch",
+                       enabled=self.comm.rank == 0, leave=False)
         for name, val_rows in self.val_rows.items():
             loss_sum, tokens = 0.0, 0.0
             for i in range(0, len(val_rows), self.batch):
@@ -113,10 +123,16 @@ class Evaluator:
                 logits = self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None)
                 loss_sum += float(token_loss_sum(logits, labels))
                 tokens += float((labels != IGNORE_INDEX).sum())
+                bar.update()
             sums += [loss_sum, tokens]
-        data = self.data
-        judged = {m.name: m.judge(self.model, self.samples, self.comm.device, data.decode) for m in self.metrics} \
-            if isinstance(data, ChatData) else {}
+        judged: dict[str, list[Prediction]] = {m.name: [] for m in self.metrics}
+        if isinstance(data, ChatData):
+            for m in self.metrics:
+                for i in chunks:  # a batch of samples at a time, as judge would cut them: the same forwards
+                    judged[m.name] += m.judge(self.model, self.samples[i : i + self.batch], self.comm.device,
+                                              data.decode)
+                    bar.update()
+        bar.close()
         # FSDP2 keeps the root's parameters gathered after a forward without a backward: shard them
         # again, so the checkpoint and the optimizer see the sharded parameters.
         if isinstance(self.model, FSDPModule):

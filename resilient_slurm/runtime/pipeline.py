@@ -58,6 +58,13 @@ class ChatPipeline:
                                 val_rows=d.val.num_rows, cache_hit=stats.cache_hit, seconds=round(stats.seconds, 3),
                                 counts=stats.to_dict())
 
+    def summary(self) -> str:
+        """What trains and what is held out, for the run's first log line."""
+        d = self.data.stats
+        return (f"{d.conversations - d.val_conversations} conversations train ({d.train_rows} rows, {d.train_tokens} "
+                f"tokens), {d.val_conversations} held out ({d.val_rows} rows, {d.val_tokens} tokens)"
+                + ("" if d.val_rows else "; validation is off (data.val_samples)"))
+
     def restore(self, ts: TrainState | None) -> list[ledger.Details]:
         self.sampler.state.samples_consumed = ts.samples_consumed or 0 if ts else 0
         return []
@@ -88,6 +95,12 @@ class TokenPipeline:
             len(src.files) for src in self.data.sources), rows=sum(o.train_windows for o in self.data.orders),
             val_rows=sum(v.num_rows for v in self.data.val.values()), cache_hit=not s.index_built,
             seconds=round(s.seconds, 3), counts=s.to_dict())
+
+    def summary(self) -> str:
+        """The sources, their training windows and their held-out ones, for the run's first log line."""
+        val = sum(v.num_rows for v in self.data.val.values())
+        return (f"{len(self.data.sources)} token source(s), {sum(o.train_windows for o in self.data.orders)} "
+                f"training windows, {val} held out" + ("" if val else "; validation is off"))
 
     def restore(self, ts: TrainState | None) -> list[ledger.Details]:
         """Continue at the checkpoint's position; a new data phase that begins here is an event."""

@@ -444,7 +444,8 @@ class Session:
             why = self.stop.reason or self.stop.signal_name or "stop requested"
             self.events.emit(ledger.Stop(reason=why, checkpoint=str(result.path) if result else None,
                                          data=where_it_stands(self.train_fields())), step)
-            log.info("stopped at step %d after a stop request; launch again to resume", step)
+            log.info("stopped at step %d (%s), %s; launch again to resume", step, why,
+                     "saved" if result else "not saved (no time left to)")
 
     # --- what a loop may want to know ------------------------------------------------------------------
     @property

@@ -24,6 +24,7 @@ from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config, train_steps
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.data.tokens.errors import SourceExhausted
+from resilient_slurm.evaluate.launcher import SideEvaluations
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.export.from_checkpoint import export_checkpoint
 from resilient_slurm.ledger import EventLog, read_events
@@ -86,6 +87,7 @@ class Trainer:
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.evaluator = Evaluator(cfg, self.model, comm, self.pipeline.data, self.sampler.micro_batch_size,
                                    documents=self.pipeline.documents)
+        self.benchmarks = SideEvaluations(cfg, run_dir, events, comm.rank)
         self.gave_up: str | None = None
 
     @property
@@ -109,10 +111,13 @@ class Trainer:
             if outcome.code is not None:
                 return outcome.code
         s.finish(with_final=self._export)
+        if self.benchmarks.due(self.step) and cfg.checkpoint.save_final:
+            self._benchmark(self.step)
         return ExitCode.DONE
 
     def _describe(self) -> None:
         cfg, s = self.cfg, self.sampler
+        log.info("data: %s", self.pipeline.summary())
         log.info("model %s: %.2fM parameters (%.3gM trained), %d rank(s), global batch %d x %d tokens, "
                  "micro-batch %d%s", cfg.model.name, num_parameters(self.model) / 1e6,
                  sum(p.numel() for p in self.model.parameters() if p.requires_grad) / 1e6, self.comm.world_size,
@@ -152,7 +157,17 @@ class Trainer:
                 return outcome
         if s.after_step(step, synced, last_step=self.steps):
             return StepOutcome(ExitCode.RESUME)
+        if self.benchmarks.due(step) and step < self.steps:
+            self._benchmark(step)
         return StepOutcome()
+
+    def _benchmark(self, step: int) -> None:
+        """`eval.harness`: the checkpoint of `step` is evaluated by a job of its own while training
+        goes on; the save is made here (every rank) when no policy made one at this step."""
+        s = self.session
+        if s.checkpointer.clock.last_save_step != step:
+            s.save(step, "eval")
+        self.benchmarks.launch(step, s.checkpointer.root)
 
     def _observe(self, step: int, result: StepResult, step_s: float, synced: StepSync) -> list[Finding]:
         assert self.monitor is not None
@@ -308,7 +323,7 @@ class Trainer:
 
     def _evaluate(self, step: int) -> dict[str, Any]:
         """Every rank evaluates its share; rank 0 gets the totals and the sample predictions."""
-        result = self.evaluator.run()
+        result = self.evaluator.run(step)
         for metric, predictions in result.predictions.items():
             self.session.tracker.log(step, {f"eval/{metric}_predictions": Table(
                 ["step", "prompt", "target", "prediction", "correct"],

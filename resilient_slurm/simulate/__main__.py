@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.console import pipe_safe, progress
 from resilient_slurm.simulate import bench, scaling
 from resilient_slurm.simulate.failures import component_shares, parse_mix, with_mix
 from resilient_slurm.simulate.report import compare, describe, detail, losses
@@ -153,6 +154,7 @@ def to_json(s: Scenario, chosen: Summary, summaries: list[Summary], sources: dic
     return out
 
 
+@pipe_safe
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -165,11 +167,13 @@ def main(argv: list[str] | None = None) -> int:
         names.append(args.strategy)
     summaries = []
     trace = None
-    for name in names:
-        summary, first = simulate(s, STRATEGIES[name], args.seeds, args.first_seed,
-                                  trace=args.plot is not None and name == args.strategy)
-        summaries.append(summary)
-        trace = first if first is not None else trace
+    with progress(len(names) * args.seeds, "simulating", unit="run", leave=False) as bar:
+        for name in names:
+            bar.set_postfix_str(name, refresh=False)
+            summary, first = simulate(s, STRATEGIES[name], args.seeds, args.first_seed,
+                                      trace=args.plot is not None and name == args.strategy, on_seed=bar.update)
+            summaries.append(summary)
+            trace = first if first is not None else trace
     chosen = next(m for m in summaries if m.strategy == args.strategy)
     if args.json:
         print(json.dumps(to_json(s, chosen, summaries, sources)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,13 +156,15 @@ class Summary:
 
 
 def simulate(s: Scenario, strategy: Strategy, seeds: int, first_seed: int = 0,
-             trace: bool = False) -> tuple[Summary, Trace | None]:
-    """`seeds` runs (seeds first_seed, first_seed + 1, ...); with `trace`, the first one's timeline."""
+             trace: bool = False, on_seed: Callable[[], None] = lambda: None) -> tuple[Summary, Trace | None]:
+    """`seeds` runs (seeds first_seed, first_seed + 1, ...); with `trace`, the first one's timeline.
+    `on_seed` is called after each run (the command's progress)."""
     outcomes, first = [], None
     for seed in range(first_seed, first_seed + seeds):
         run = Run(s, strategy, seed, trace=trace and seed == first_seed).run()
         first = run.trace if seed == first_seed else first
         outcomes.append(outcome(run, seed))
+        on_seed()
     return Summary(strategy.name, strategy.label, outcomes, s), first
 
 

@@ -7,6 +7,7 @@ Modules:
     env           SlurmEnv from the task's environment, hostlists, the rendezvous port     [pure]
     scontrol      requeue, ExcNodeList, drain, node addresses and states: the only caller of
                   scontrol
+    sbatch        the only caller of sbatch: the run's own side jobs (benchmark evaluations)
     srun          a driven step's srun command line; srun's reports on its tasks            [pure]
     step_end      how a driven step ended: exit code, stop signal, error, lost tasks        [pure]
     placement     after a node fails: a spare, a shrink or a requeue; a node's return to

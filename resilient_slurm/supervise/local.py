@@ -1,9 +1,12 @@
-"""`cluster=local`: run the job on this machine, in-process for one rank, as N processes otherwise.
+"""`cluster=local`: run the job on this machine, one process per rank (one rank too: the launcher
+never imports torch, and Ctrl-C works the same at any size).
 
-The launcher passes stop signals on to every rank, and makes sure a rank that dies does not leave
-the others blocked in a collective: once any rank has exited, the rest get `kill_grace_s` to
-follow before they are killed. Ranks die with the launcher (PR_SET_PDEATHSIG), so a SIGKILL of
-the launcher never leaves orphans holding memory. A rank the kernel's OOM killer took is recorded
+The launcher passes stop signals on to every rank (Ctrl-C included: every rank saves the same step
+and the run exits 75; a second Ctrl-C within 5 s kills the ranks at once, recorded as
+`forced_exit`), and makes sure a rank that dies does not leave the others blocked in a collective:
+once any rank has exited, the rest get `kill_grace_s` to follow before they are killed. Ranks die
+with the launcher (PR_SET_PDEATHSIG), so a SIGKILL of the launcher never leaves orphans holding
+memory. A rank the kernel's OOM killer took is recorded
 as `host_oom`, with the kernel-log line or cgroup counter that shows it (health/oom_kill.py).
 
 `python -m resilient_slurm.supervise.local RUN_DIR` runs an already-prepared run directory (a
@@ -26,12 +29,11 @@ from resilient_slurm.config import Config
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.health.oom_kill import judge_exit
 from resilient_slurm.health.oom_watch import OomWatch, memory_cgroup_dirs
-from resilient_slurm.ledger import EventLog, HostOom, RankExit, RanksKilled
-from resilient_slurm.runtime.rank import run as run_rank
-from resilient_slurm.runtime.distributed import RankInfo
+from resilient_slurm.files import utc_stamp
+from resilient_slurm.ledger import EventLog, ForcedExit, HostOom, RankExit, RanksKilled
 from resilient_slurm.monitor.heartbeats import culprits
 from resilient_slurm.runtime.heartbeat import HEARTBEAT_ENV
-from resilient_slurm.runtime.signals import STOP_SIGNALS, forward_signals
+from resilient_slurm.runtime.signals import FORCE_WINDOW_S, STOP_SIGNALS, Forwarder, forward_signals, stop_signals_held
 from resilient_slurm.supervise.hangs import record_silence
 from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
 
@@ -40,29 +42,25 @@ _PR_SET_PDEATHSIG = 1
 
 def run_local(cfg: Config, run_dir: Path) -> int:
     n = cfg.cluster.ranks
-    if n == 1:
-        return int(run_rank(cfg, run_dir, RankInfo(0, 1, 0, "127.0.0.1", 0)).code)
     port = _free_port()
     # Started before the ranks: only OOM kills after this count. Ranks start in this cgroup.
     kernel_log = cfg.health.kernel_log.replace("%n", os.uname().nodename) if cfg.health.kernel_log else None
     watch = OomWatch(memory_cgroup_dirs(), kernel_log)
     monitor = HeartbeatMonitor("127.0.0.1", cfg.monitor.heartbeat_timeout_s, cfg.monitor.heartbeat_phase_s) \
         if cfg.monitor.heartbeat_timeout_s > 0 else None
-    procs = []
-    for rank in range(n):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        if monitor is not None:
-            env[HEARTBEAT_ENV] = monitor.address
-        procs.append(subprocess.Popen([sys.executable, "-m", "resilient_slurm.runtime.rank", str(run_dir)], env=env,
-                                      preexec_fn=_die_with_parent))
-    forward_signals(STOP_SIGNALS, lambda signum: _signal_all(procs, signum))
+    procs: list[subprocess.Popen] = []
+    with stop_signals_held():  # a Ctrl-C meanwhile reaches every rank, once all exist
+        for rank in range(n):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            if monitor is not None:
+                env[HEARTBEAT_ENV] = monitor.address
+            procs.append(subprocess.Popen([sys.executable, "-m", "resilient_slurm.runtime.rank", str(run_dir)],
+                                          env=env, preexec_fn=_die_with_parent))
+        forwarder = forward_signals(STOP_SIGNALS, lambda signum: _signal_all(procs, signum))
     try:
         codes = _supervise(procs, cfg.cluster.kill_grace_s, EventLog(RunDir(run_dir).events, rank=-1), watch,
-                           monitor, run_dir)
-    except KeyboardInterrupt:
-        _signal_all(procs, signal.SIGKILL)
-        return 130
+                           forwarder, monitor, run_dir)
     finally:
         if monitor is not None:
             monitor.close()
@@ -73,7 +71,7 @@ def combine_exit_codes(codes: list[int]) -> int:
     """One status for the run: any crash wins, then a stop-to-resume, else done; every rank
     refusing its config, or giving up together, says so. Pure."""
     if any(c not in (ExitCode.DONE, ExitCode.RESUME) for c in codes):
-        for agreed in (ExitCode.CONFIG, ExitCode.GAVE_UP):
+        for agreed in (ExitCode.CONFIG, ExitCode.GAVE_UP, ExitCode.INTERRUPTED):
             if all(c == agreed for c in codes):
                 return agreed
         return ExitCode.FAILED
@@ -81,12 +79,21 @@ def combine_exit_codes(codes: list[int]) -> int:
 
 
 def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, watch: OomWatch,
-               monitor: HeartbeatMonitor | None = None, run_dir: Path | None = None) -> list[int]:
+               forwarder: Forwarder | None = None, monitor: HeartbeatMonitor | None = None,
+               run_dir: Path | None = None) -> list[int]:
     """Until every rank has exited; a rank the heartbeats find silent ends them all, as a hang."""
     deadline: float | None = None
     reported: set[int] = set()
     killed: set[int] = set()  # ranks this launcher SIGKILLed itself: no OOM killer took them
+    told_at: float | None = None
     while True:
+        if forwarder is not None and forwarder.forced_at is not None:
+            return _exit_at_once(procs, forwarder, events)
+        if forwarder is not None and forwarder.interrupted_at != told_at:
+            told_at = forwarder.interrupted_at
+            print(f"resilient_slurm: Ctrl-C: every rank saves at the end of its step, then the run exits "
+                  f"{int(ExitCode.RESUME)}; Ctrl-C again within {FORCE_WINDOW_S:.0f} s stops at once without saving",
+                  file=sys.stderr, flush=True)
         codes = [p.poll() for p in procs]
         for rank, code in enumerate(codes):
             if code is not None and code not in (ExitCode.DONE, ExitCode.RESUME) and rank not in reported:
@@ -118,6 +125,20 @@ def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, 
             killed.update(stuck)
             deadline = float("inf")
         time.sleep(0.1)
+
+
+def _exit_at_once(procs: list[subprocess.Popen], forwarder: Forwarder, events: EventLog) -> list[int]:
+    """A second Ctrl-C: the ranks are killed without a save, which the ledger records."""
+    running = [rank for rank, p in enumerate(procs) if p.poll() is None]
+    _signal_all(procs, signal.SIGKILL)
+    for p in procs:
+        p.wait()
+    assert forwarder.interrupted_at is not None and forwarder.forced_at is not None
+    events.emit(ForcedExit(first=utc_stamp(forwarder.interrupted_at), second=utc_stamp(forwarder.forced_at),
+                           ranks=running), None)
+    print("resilient_slurm: second Ctrl-C: stopped at once, without saving; launch again to resume from the "
+          "newest checkpoint", file=sys.stderr, flush=True)
+    return [ExitCode.INTERRUPTED] * len(procs)
 
 
 def _signal_all(procs: list[subprocess.Popen], signum: int) -> None:

@@ -17,13 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from resilient_slurm.config import Config, ConfigError, explicit_keys, flatten, register_schema, to_config, to_dict
+from resilient_slurm.config import Config, ConfigError, composer, explicit_keys, flatten, to_config, to_dict
 from resilient_slurm.sweep import asha, pbt, study
 from resilient_slurm.sweep.space import Dimension, SpaceError, grid_points, is_search_argument, parse_space
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 # Columns every metrics.jsonl row has; any other metric is written on evaluation steps only.
 EVERY_STEP = ("loss", "lr", "grad_norm", "tokens", "tokens_per_s", "samples_per_s", "step_seconds", "data_wait_s")
 USAGE = ("usage: python -m resilient_slurm.sweep +experiment=NAME [sweep=grid|random|optuna|asha|pbt] "
@@ -111,18 +108,9 @@ def _is_sweep_key(arg: str) -> bool:
 
 
 def _compose(plain: list[str]) -> dict[str, Any]:
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-
-    register_schema()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            composed = compose("config", overrides=plain)
-    except HydraException as e:
-        raise SweepError(f"{str(e).splitlines()[0]}; check the key=value arguments") from None
-    tree = OmegaConf.to_container(composed, resolve=False)
-    assert isinstance(tree, dict)
-    return {str(k): v for k, v in tree.items() if k != "hydra"}
+    """As `launch` composes: the overrides checked first, Hydra's errors in one line each."""
+    composer.check_overrides(plain)
+    return composer.compose(plain)
 
 
 def _check_values(base: dict[str, Any], plain: list[str], space_args: list[str], dims: list[Dimension]) -> list[str]:

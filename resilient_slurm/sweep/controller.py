@@ -25,6 +25,7 @@ import optuna
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.rundir.metrics import lost_path, read_metrics
 from resilient_slurm.config import ConfigError, SweepConfig
+from resilient_slurm.console import progress, say
 from resilient_slurm.launch.prepare import AllowedChange
 from resilient_slurm.ledger import (
     LEDGER_FILE,
@@ -98,24 +99,38 @@ class Controller:
         self.log = EventLog(study_dir / LEDGER_FILE, rank=-1)
         self.trials: dict[int, TrialRun] = {}
         self._optuna: dict[int, optuna.trial.Trial] = {}
+        self.bar = progress(0, "", enabled=False)
+        """The search's progress while `run` runs."""
 
     # --- the loop
-    def run(self) -> bool:
-        """Until the search is done (True) or a stop is requested (False)."""
+    def run(self, planned: int | None = None) -> bool:
+        """Until the search is done (True) or a stop is requested (False). `planned`: the trials the
+        search will run, for its progress (trials finished, running, the best objective so far)."""
         trials = [t for t in self.study.trials if t.state is not optuna.trial.TrialState.WAITING]
         unfinished = sum(t.state not in _FINISHED for t in trials)
         self.log.emit(SweepStarted(study=self.dir.name, resumed=bool(trials), trials=len(trials), running=unfinished),
                       None)
         self._recover()
-        while True:
-            self._watch()
-            if self.stop.requested:
-                return False
-            self.schedule.fill(self)
-            if self.schedule.done(self):
-                self.schedule.finish(self)
-                return True
-            self.sleep(self.s.poll_s)
+        with progress(planned or None, f"sweep {self.dir.name}", unit="trials") as self.bar:
+            while True:
+                self._watch()
+                self._show()
+                if self.stop.requested:
+                    return False
+                self.schedule.fill(self)
+                if self.schedule.done(self):
+                    self.schedule.finish(self)
+                    self._show()
+                    return True
+                self.sleep(self.s.poll_s)
+
+    def _show(self) -> None:
+        done = len(self.with_status(Status.DONE))
+        values = [v for t in self.trials.values() if (v := feed.final_value(t.reported)) is not None]
+        best = (min if self.s.direction == "minimize" else max)(values) if values else None
+        self.bar.set_postfix_str(f"{len(self.in_flight())} running, {len(self.with_status(Status.PAUSED))} paused, "
+                                 f"best {self.s.metric} " + (f"{best:.6g}" if best is not None else "-"), refresh=False)
+        self.bar.update(done - self.bar.n)  # redraws at most every LOG_INTERVAL_S off a terminal
 
     # --- what the schedules use
     def in_flight(self) -> list[TrialRun]:
@@ -181,7 +196,7 @@ class Controller:
         if t.status is Status.RUNNING and t.handle is not None:
             ok, message = self.backend.cancel(t.handle)
             if not ok:
-                print(f"resilient_slurm: sweep: could not cancel trial {t.number}: {message}", flush=True)
+                _say(f"could not cancel trial {t.number}: {message}")
             t.cancelling = True
         else:
             t.status = Status.DONE
@@ -309,4 +324,4 @@ class Controller:
 
 
 def _say(line: str) -> None:
-    print(f"resilient_slurm: sweep: {line}", flush=True)
+    say(f"resilient_slurm: sweep: {line}")

@@ -43,7 +43,7 @@ def run(plan: Plan, stop: StopRequest | None = None) -> int:
               f"{trials} trials, {s.parallel} in flight)", flush=True)
         ctl = Controller(s, max_steps, journal, study.distributions(plan.dims), path, launcher, backend, schedule,
                          stop, local=cfg.cluster.kind == "local", sleep=lambda t: _nap(t, stop))
-        done = ctl.run()
+        done = ctl.run(trials)
         gpus = cfg.cluster.gpus_per_node * cfg.cluster.nodes if cfg.cluster.kind == "slurm" else 0
         events = read_events(path / LEDGER_FILE)
         table = leaderboard.rows(list(ctl.trials.values()), s.direction, gpus, events)

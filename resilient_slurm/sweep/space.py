@@ -9,7 +9,6 @@ An interval on an integer key searches integers; grids take choices and ranges o
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 import random
@@ -20,6 +19,8 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 from hydra.errors import HydraException
+
+from resilient_slurm.config.checks import suggest
 
 # Keys a search must not touch: the controller names the trials and owns the sweep settings, and
 # the pause step is how it schedules them.
@@ -96,8 +97,8 @@ def parse_space(args: list[str], config: Mapping[str, Any]) -> list[Dimension]:
                             f"optim or train key")
             continue
         if key not in config:
-            close = difflib.get_close_matches(key, list(config), n=1)
-            hint = f"did you mean {close[0]}?" if close else "see config.yaml of a run for the keys"
+            close = suggest(key, config)
+            hint = f"did you mean {close}?" if close else "see config.yaml of a run for the keys"
             problems.append(f"{arg}: {key} is not a config key; {hint}")
             continue
         try:

@@ -10,8 +10,11 @@ writes. What is backend-neutral lives here:
   that never reached the store (an earlier process was killed before they were written or flushed);
 - the ledger mirror: the events written since the last send ride on the send's last row, read
   from `events.jsonl` by byte offset;
+- benchmark scores (benchmarks.jsonl, written by evaluations beside training) ride on the send's
+  rows as `bench/...` with `bench/step`, their checkpoint's step (`history.attach_benchmarks`);
 - the mark file (`history_mark.json` in the backend's folder of the run directory) lists, for each
-  send of this process, its last step and the ledger offset after it. It is written before the
+  send of this process, its last step and the ledger offset after it, and how many benchmark lines
+  were sent. It is written before the
   send, so a kill between the two can leave a gap, never a duplicate.
 
 A send that fails turns the tracker off for the rest of the process: sending later rows would
@@ -29,8 +32,9 @@ from typing import Any, Protocol
 from resilient_slurm.files import atomic_write, utc_stamp
 from resilient_slurm.ledger import read_new_events
 from resilient_slurm.rundir import RunDir
+from resilient_slurm.rundir.benchmarks import read_scores
 from resilient_slurm.rundir.metrics import read_metrics
-from resilient_slurm.tracking.history import CommitBuffer, Row, attach_events, resume_point
+from resilient_slurm.tracking.history import CommitBuffer, Row, attach_benchmarks, attach_events, resume_point
 
 log = logging.getLogger("resilient_slurm")
 MARK = "history_mark.json"
@@ -56,7 +60,9 @@ class CommittedHistory:
         self.mark_path = mark_path
         self.ledger = RunDir(run_dir).events
         self.metrics = RunDir(run_dir).metrics
-        logged_through, self.ledger_offset = resume_point(read_mark(mark_path), on_disk)
+        self.benchmarks = RunDir(run_dir).benchmarks
+        sends, self.benchmarks_sent = read_mark(mark_path)
+        logged_through, self.ledger_offset = resume_point(sends, on_disk)
         self.sends = [(logged_through, self.ledger_offset)]
         self.buffer = CommitBuffer(logged_through)
         self.backfilled = False
@@ -100,6 +106,8 @@ class CommittedHistory:
         if not rows:
             return  # events without a row of this process wait for the next one
         rows = attach_events(rows, events)
+        rows, placed = attach_benchmarks(rows, read_scores(self.benchmarks)[self.benchmarks_sent:])
+        self.benchmarks_sent += placed
         self.ledger_offset = offset
         self.sends.append((rows[-1][0], offset))
         self._write_mark()
@@ -107,9 +115,13 @@ class CommittedHistory:
         self.last_sent = rows[-1][0]
 
     def _write_mark(self) -> None:
-        atomic_write(self.mark_path, json.dumps({"sends": self.sends}))
+        atomic_write(self.mark_path, json.dumps({"sends": self.sends, "benchmarks_sent": self.benchmarks_sent}))
 
 
-def read_mark(path: Path) -> list[tuple[int, int]]:
-    """The previous process's sends, (last step, ledger offset after it) each; none without a mark."""
-    return [(s[0], s[1]) for s in json.loads(path.read_text())["sends"]] if path.exists() else []
+def read_mark(path: Path) -> tuple[list[tuple[int, int]], int]:
+    """The previous process's sends, (last step, ledger offset after it) each, and the benchmark
+    lines sent; none without a mark."""
+    if not path.exists():
+        return [], 0
+    mark = json.loads(path.read_text())
+    return [(s[0], s[1]) for s in mark["sends"]], int(mark.get("benchmarks_sent", 0))

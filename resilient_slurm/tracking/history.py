@@ -20,6 +20,11 @@ would break every chart.
 
 Ledger events (saves, signals, resumes, crashes) ride on the last row of the send that carries
 them (counts per kind, and a table with each event's own step).
+
+Benchmark scores (rundir/benchmarks.py) arrive long after their checkpoint's step, which the
+history has passed. Each rides on a row of the send as `bench/<task>/<metric>` with `bench/step`,
+the checkpoint's step, which the tracker makes their x-axis (wandb: define_metric with a step
+metric), so they are shown at the checkpoint's step while the history's own steps keep increasing.
 """
 
 from __future__ import annotations
@@ -93,6 +98,28 @@ def attach_events(rows: list[Row], events: list[Event[Any]]) -> list[Row]:
         last[key] = last.get(key, 0) + 1
     last[LEDGER_TABLE] = Table(_LEDGER_COLUMNS, [_ledger_row(e) for e in events])
     return out
+
+
+BENCH_PREFIX = "bench/"
+BENCH_STEP = "bench/step"
+
+
+def bench_values(row: dict[str, Any]) -> dict[str, Any]:
+    """A benchmarks.jsonl line as tracker values: `bench/step` and `bench/<task>/<metric>`."""
+    return {BENCH_STEP: int(row["step"]), **{BENCH_PREFIX + k: v for k, v in (row.get("scores") or {}).items()}}
+
+
+def attach_benchmarks(rows: list[Row], bench: list[dict[str, Any]]) -> tuple[list[Row], int]:
+    """`rows` with benchmark lines on them, one line per row from the last row back (two on one
+    row would overwrite each other's `bench/step`); and how many lines were placed (the rest wait
+    for the next send)."""
+    placed = min(len(rows), len(bench))
+    if not placed:
+        return rows, 0
+    out = [(step, dict(values)) for step, values in rows]
+    for i, line in enumerate(bench[:placed]):
+        out[len(out) - placed + i][1].update(bench_values(line))
+    return out, placed
 
 
 def _ledger_row(e: Event[Any]) -> list[Any]:

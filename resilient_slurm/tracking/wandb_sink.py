@@ -30,7 +30,7 @@ from resilient_slurm.rundir import RunDir
 from resilient_slurm.tracking import wandb_files
 from resilient_slurm.tracking.base import DASHBOARD_KEYS, Table, run_group
 from resilient_slurm.tracking.committed import MARK
-from resilient_slurm.tracking.history import Row
+from resilient_slurm.tracking.history import BENCH_PREFIX, BENCH_STEP, Row
 
 log = logging.getLogger("resilient_slurm")
 # Already in every wandb row (`_step`, `_timestamp`).
@@ -43,6 +43,9 @@ class WandbSink:
     def __init__(self, run: Any, make_table: Callable[[Table], Any],
                  on_disk: Callable[[], int | None] | None = None) -> None:
         self.run = run
+        # Benchmark scores arrive after their checkpoint's step: plotted against it, not wandb's step.
+        run.define_metric(BENCH_STEP)
+        run.define_metric(BENCH_PREFIX + "*", step_metric=BENCH_STEP)
         self.make_table = make_table
         self.on_disk = on_disk
         """Offline: the highest step the local files hold (finish waits for what was sent)."""

@@ -139,11 +139,12 @@ def test_merged_export_loads_in_transformers_with_the_runs_logits(finished, tmp_
 def test_a_resume_on_another_base_model_is_refused_naming_it(tmp_path):
     base = make_hf_model(tmp_path / "base-llama")
     steps = ["train.max_steps=4", "checkpoint.every_steps=2"]
-    code, out = finish(lora_run(tmp_path, "r", base, *steps))
-    assert code == ExitCode.DONE, out
+    # Paused at step 2, not finished: a finished run is not run again at all.
+    code, out = finish(lora_run(tmp_path, "r", base, *steps, "train.pause_at_step=2"))
+    assert code == ExitCode.RESUME, out
     make_hf_model(base, seed=1)  # the same directory now holds other weights
     code, out = finish(lora_run(tmp_path, "r", base, *steps))
     assert code == ExitCode.CONFIG, out
     line = next(line for line in out.splitlines() if "trained on the base model" in line)
     assert str(base) in line and identity(str(base))[:16] in line and "model.pretrained" in line
-    assert (run_dir(tmp_path, "r") / "checkpoints" / "step_00000004").is_dir()  # refused, not skipped
+    assert (run_dir(tmp_path, "r") / "checkpoints" / "step_00000002").is_dir()  # refused, not skipped

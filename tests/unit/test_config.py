@@ -59,12 +59,12 @@ def test_another_architecture_is_refused_at_launch_by_name(pretrained, tmp_path)
     import json
     import shutil
 
-    other = tmp_path / "mistral"
+    other = tmp_path / "phi3"
     shutil.copytree(pretrained, other)
     config = json.loads((other / "config.json").read_text())
-    (other / "config.json").write_text(json.dumps({**config, "architectures": ["MistralForCausalLM"],
-                                                   "model_type": "mistral"}))
-    with pytest.raises(ConfigError, match=r"^model.pretrained: .*MistralForCausalLM is not supported"):
+    (other / "config.json").write_text(json.dumps({**config, "architectures": ["Phi3ForCausalLM"],
+                                                   "model_type": "phi3"}))
+    with pytest.raises(ConfigError, match=r"^model.pretrained: .*phi3 \(Phi3ForCausalLM\) is not supported"):
         to_config(composed("+experiment=sft", f"model.pretrained={other}", "data.path=x.jsonl"),
                   resolve_model=apply_pretrained)
 
@@ -93,7 +93,8 @@ def test_tiny_and_8b_are_the_sft_recipe_at_two_sizes():
         ("model.dtype=float8", "model.dtype"),
         ("tracking.mode=cloud", "tracking.mode"),
         ("eval.every_steps=-1", "eval.every_steps"),
-        ("data.val_samples=0", "data.val_samples"),
+        ("data.val_samples=2.5", "data.val_samples"),
+        ("data.val_samples=-1", "data.val_samples"),
         ("run.baseline=../x", "run.baseline"),
         ("checkpoint.memory.every_steps=-1", "checkpoint.memory.every_steps"),
         ("checkpoint.memory.keep_last=3", "checkpoint.memory.keep_last"),

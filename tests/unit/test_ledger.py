@@ -33,7 +33,7 @@ def sample(cls):
     values = {"str": "x", "int": 3, "float": 1.5, "bool": True, "list[str]": ["a"], "list[int]": [1, 2],
               "list[float]": [1.0], "dict[str, Any]": {"k": 1},
               "list[list[Any]]": [[1, 2.5]], "list[dict[str, Any]]": [{"k": 1}],
-              "list[dict[str, float]]": [{"rss_bytes": 2.0}]}
+              "list[dict[str, float]]": [{"rss_bytes": 2.0}], "dict[str, float]": {"tiny_mmlu/acc": 0.5}}
     return cls(**{f.name: values[str(f.type).split(" | ")[0]] for f in dataclasses.fields(cls)})
 
 

@@ -3,6 +3,7 @@
 Modules, from lines to rows:
     format     one .jsonl line → messages (`messages` or `prompt`/`completion`), or why not  [pure]
     encode     a conversation → token ids, loss mask and its last reply, via assistant spans
+    split      how many conversations are held out for validation (data.val_samples)     [pure]
     cache      the data files, the cache key, an entry built once when all ranks start
     build      .jsonl files → held-out split, tokenized, packed rows in a cache entry
     dataset    open chat data for a run (cache hit or build): rows, eval samples, stats

@@ -1,8 +1,8 @@
 """Building one cache entry: chat `.jsonl` files → tokenized, split, packed rows on disk.
 
 Two passes over the files. The first parses every line and hashes each conversation
-(`conversation_key`); the held-out split is then the conversations with the `val_samples` smallest
-distinct hashes, a set that depends on the conversations alone (not on their order, the world size
+(`conversation_key`); the held-out split is then the conversations with the smallest distinct
+hashes, as many as `split.held_out` makes of `val_samples` (possibly none), a set that depends on the conversations alone (not on their order, the world size
 or a seed). Copies of a conversation all land on the same side, so data with many duplicates holds
 out more than `val_samples` lines. The second pass renders and tokenizes
 (in chunks, so the tokenizer's own threads work on many texts at once), applies `overlong`, and
@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,8 @@ from resilient_slurm.checkpoint.store import fsync_path
 from resilient_slurm.config import DataConfig
 from resilient_slurm.data.chat import cache as chat_cache
 from resilient_slurm.data.chat.encode import EncodedChat, encode_chat, render_chat
-from resilient_slurm.data.chat.format import BadLine, Message, conversation_key, parse_conversation
+from resilient_slurm.data.chat.format import BadLine, Message, conversation_key, parse_line
+from resilient_slurm.data.chat.split import held_out
 from resilient_slurm.data.chat_template import TemplateRenderError
 from resilient_slurm.data.packing import fit_length, pack
 from resilient_slurm.data.tokenizer import ChatTokenizer
@@ -36,8 +38,8 @@ from resilient_slurm.data.tokenizer import ChatTokenizer
 CHUNK = 512
 """Conversations tokenized per batch call."""
 SPLITS = ("train", "val")
-Parsed = tuple[str, list[Message], int]
-"""A well-formed line: its `file:line`, its messages and its conversation key."""
+Parsed = tuple[str, list[Message], int, list[dict[str, Any]] | None]
+"""A well-formed line: its `file:line`, its messages, its conversation key and its tools."""
 
 
 class DataFormatError(ValueError):
@@ -58,6 +60,7 @@ class DataStats:
     """The first few skipped lines' `file:line: reason`."""
     conversations: int = 0
     val_conversations: int = 0
+    """Held out (data.val_samples), never trained on; the rest train."""
     truncated: int = 0
     """Conversations longer than data.seq_len cut to it (data.overlong=truncate)."""
     dropped: int = 0
@@ -68,6 +71,8 @@ class DataStats:
     train_tokens: int = 0
     """Tokens in training rows (padding excluded)."""
     train_loss_tokens: int = 0
+    val_tokens: int = 0
+    """Tokens in held-out rows (padding excluded)."""
     eval_samples: int = 0
     """Held-out conversations whose prompt and last reply fit data.seq_len (exact-match samples)."""
     cache_hit: bool = False
@@ -81,20 +86,22 @@ class DataStats:
 def build(entry: str, files: list[str], cfg: DataConfig, tok: ChatTokenizer) -> None:
     """Write a complete entry, its stats in the header, into the new directory `entry` (header last)."""
     stats = DataStats(files=len(files))
-    keys = [key for _, _, key in _parsed(files, cfg, stats, count=True)]
+    keys = [key for _, _, key, _ in _parsed(files, cfg, stats, count=True)]
     if not keys:
         raise DataFormatError(f"data.path: no well-formed conversation in {', '.join(files)[:200]} "
                          f"({stats.skipped_lines} malformed lines skipped); check the files' format")
     distinct = np.unique(np.array(keys, dtype=np.uint64))
-    if cfg.val_samples >= len(distinct):
-        raise DataFormatError(f"data.val_samples: {cfg.val_samples} held-out conversations leave none to train on "
-                         f"({len(distinct)} distinct in {', '.join(files)[:200]}); lower data.val_samples")
-    threshold = int(distinct[cfg.val_samples - 1])
+    n_val = held_out(len(distinct), cfg.val_samples)
+    if n_val >= len(distinct):
+        raise DataFormatError(f"data.val_samples: {cfg.val_samples:g} holds out {n_val} conversations and leaves none to "
+                              f"train on ({len(distinct)} distinct in {', '.join(files)[:200]}); lower it, or leave it "
+                              f"unset for min(256, 5%)")
+    threshold = int(distinct[n_val - 1]) if n_val else -1
     docs: dict[str, list[EncodedChat]] = {"train": [], "val": []}
     evals: list[EncodedChat] = []
     for chunk in _chunks(_parsed(files, cfg, stats, count=False)):
         for key, encoded in _encode(chunk, cfg, tok, stats):
-            split = "val" if key <= threshold else "train"
+            split = "val" if key <= threshold else "train"  # no key is <= -1: nothing held out
             stats.conversations += 1
             stats.val_conversations += split == "val"
             kept = _fit(encoded, cfg, stats)
@@ -110,6 +117,7 @@ def build(entry: str, files: list[str], cfg: DataConfig, tok: ChatTokenizer) -> 
     stats.val_rows = _write_rows(entry, "val", docs["val"], cfg.seq_len, tok.pad_id)
     stats.train_tokens = sum(len(d.ids) for d in docs["train"])
     stats.train_loss_tokens = sum(int(d.loss.sum()) for d in docs["train"])
+    stats.val_tokens = sum(len(d.ids) for d in docs["val"])
     stats.eval_samples = len(evals)
     _write_flat(entry, "eval_prompt", [d.ids[: d.prompt_len] for d in evals])
     _write_flat(entry, "eval_target", [d.ids[d.prompt_len : d.prompt_len + d.target_len] for d in evals])
@@ -127,14 +135,15 @@ def _parsed(files: list[str], cfg: DataConfig, stats: DataStats, count: bool) ->
                 where = f"{path}:{number}"
                 stats.lines += count
                 try:
-                    messages = parse_conversation(raw.decode("utf-8-sig"))
+                    conversation = parse_line(raw.decode("utf-8-sig"))
                 except UnicodeDecodeError:
                     _bad(where, "not UTF-8 text", cfg, stats, count)
                     continue
                 except BadLine as e:
                     _bad(where, str(e), cfg, stats, count)
                     continue
-                yield where, messages, conversation_key(messages)
+                messages, tools = conversation.messages, conversation.tools
+                yield where, messages, conversation_key(messages, tools), tools
 
 
 def _bad(where: str, reason: str, cfg: DataConfig, stats: DataStats, count: bool = True) -> None:
@@ -161,9 +170,9 @@ def _encode(chunk: list[Parsed], cfg: DataConfig, tok: ChatTokenizer,
             stats: DataStats) -> Iterator[tuple[int, EncodedChat]]:
     """(conversation key, encoding) of each conversation of the chunk that the template accepts."""
     rendered = []
-    for where, messages, key in chunk:
+    for where, messages, key, tools in chunk:
         try:
-            rendered.append((where, key, render_chat(tok.template, messages)))
+            rendered.append((where, key, render_chat(tok.template, messages, tools)))
         except TemplateRenderError as e:
             _bad(where, str(e), cfg, stats)
     encodings = tok.encode_batch([r.text for _, _, r in rendered])

@@ -23,6 +23,7 @@ and that turn's tokens through its first end-of-turn id.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +50,9 @@ class EncodedChat:
     """Tokens of the last assistant turn through its first end-of-turn id: the exact-match target."""
 
 
-def render_chat(template: ChatTemplate, messages: list[Message]) -> RenderedChat:
-    text, spans = template.render(messages)
+def render_chat(template: ChatTemplate, messages: list[Message],
+                tools: list[dict[str, Any]] | None = None) -> RenderedChat:
+    text, spans = template.render(messages, tools=tools)
     if template.has_generation_markers:
         if not spans:
             raise TemplateRenderError("the template's {% generation %} blocks marked no assistant text")
@@ -58,8 +60,8 @@ def render_chat(template: ChatTemplate, messages: list[Message]) -> RenderedChat
     for i, m in enumerate(messages):
         if m["role"] != "assistant":
             continue
-        before = template.render(messages[:i], add_generation_prompt=True)[0]
-        through = text if i == len(messages) - 1 else template.render(messages[: i + 1])[0]
+        before = template.render(messages[:i], add_generation_prompt=True, tools=tools)[0]
+        through = text if i == len(messages) - 1 else template.render(messages[: i + 1], tools=tools)[0]
         if not (through.startswith(before) and text.startswith(through)):
             raise TemplateRenderError(
                 f"the chat template renders message {i} differently once later turns follow, so assistant "

@@ -207,3 +207,16 @@ def test_restarts_inside_the_allocation_are_counted_apart_with_their_latencies_a
     assert row == ["#2", "inprocess", "spare", "0.05", "0.20", "0.10", "0.60", "0.30", "0.40", "-", "1.50", "memory",
                    "3.8s"]
     assert len(lines) == 6  # the restart through the queue has no breakdown
+
+
+def test_the_report_piped_into_head_ends_without_a_traceback(tmp_path):
+    """`resilient-report RUN | head`: head has gone before the report writes (`-n 0` exits at once),
+    so the write meets a closed pipe; the report ends quietly with status 0."""
+    import subprocess
+    import sys
+
+    synthetic_run(tmp_path / "demo")
+    done = subprocess.run(f"{sys.executable} -m resilient_slurm.report --no-png {tmp_path / 'demo'} | head -n 0; "
+                          f"echo ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash", capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout == "0\n" and done.stderr == "", done.stderr

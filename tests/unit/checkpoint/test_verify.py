@@ -106,3 +106,23 @@ def test_cli_exit_codes_and_one_line(make_checkpoint, tmp_path):
     assert fail.returncode == 1
     assert fail.stdout.strip() == f"invalid: {bad}: checksum mismatch in model.safetensors"
     assert run().returncode == 2
+
+
+def test_a_run_directory_is_named_as_one_and_its_checkpoints_listed(make_checkpoint, tmp_path):
+    from resilient_slurm.config import Config
+    from resilient_slurm.rundir.identity import write_config
+
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    write_config(run_dir, Config())
+    run = lambda path: subprocess.run([sys.executable, "-m", "resilient_slurm.checkpoint", "verify", str(path)],
+                                      capture_output=True, text=True)
+    empty = run(run_dir)
+    assert empty.returncode == 2
+    assert empty.stdout == f"not a checkpoint: {run_dir}: a run directory; verify one of its checkpoints: it has none yet\n"
+    for step in (50, 100):
+        make_checkpoint(step=step, root=run_dir / "checkpoints")
+    listed = run(run_dir)
+    assert listed.returncode == 2 and listed.stdout.splitlines() == [
+        f"not a checkpoint: {run_dir}: a run directory; verify one of its checkpoints (newest first):",
+        f"  {run_dir}/checkpoints/step_00000100", f"  {run_dir}/checkpoints/step_00000050"]

@@ -127,3 +127,80 @@ def megatron():
 
     logging.getLogger(indexed_dataset.__name__).setLevel(logging.WARNING)
     return indexed_dataset
+
+
+# Written for these tests in the format of Qwen2.5's template (ChatML turns; a default system turn;
+# with tools, their JSON schemas in a <tools> block of the system turn; an assistant's calls as
+# <tool_call> JSON; consecutive tool results as <tool_response> blocks of one user turn), using
+# what such templates use: loop and namespace-free lookbehind, `is defined`, `is string`, tojson.
+QWEN_STYLE_TEMPLATE = """{%- if tools %}
+{{- '<|im_start|>system\\n' }}
+{%- if messages[0].role == 'system' %}{{- messages[0].content }}{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}
+{{- '\\n\\n# Tools\\n\\nFunctions you may call, one JSON signature per line:\\n<tools>' }}
+{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}
+{{- '\\n</tools>\\n\\nTo call one, answer with <tool_call></tool_call> around {"name": ..., "arguments": ...}.<|im_end|>\\n' }}
+{%- elif messages[0].role == 'system' %}
+{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
+{%- else %}
+{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'system' and loop.first %}
+{%- elif message.role == 'user' or message.role == 'system' or (message.role == 'assistant' and not message.tool_calls) %}
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+{%- elif message.role == 'assistant' %}
+{{- '<|im_start|>assistant' }}
+{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}
+{%- for call in message.tool_calls %}
+{%- set fn = call.function if call.function is defined else call %}
+{{- '\\n<tool_call>\\n{"name": "' + fn.name + '", "arguments": ' }}
+{%- if fn.arguments is string %}{{- fn.arguments }}{%- else %}{{- fn.arguments | tojson }}{%- endif %}
+{{- '}\\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\\n' }}
+{%- elif message.role == 'tool' %}
+{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
+{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}
+{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}
+"""
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city, now.",
+                                            "parameters": {"type": "object", "properties": {
+                                                "city": {"type": "string"}, "unit": {"enum": ["C", "F"]}},
+                                                "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "local_time", "description": "Local time in a city.",
+                                         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+TOOL_CONVERSATIONS = [
+    # Two calls in one turn (arguments as an object and as a JSON string), their two results, an answer.
+    ({"tools": [WEATHER, TIME], "messages": [
+        {"role": "user", "content": "Weather and time in Zürich?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Zürich", "unit": "C"}}},
+            {"type": "function", "function": {"name": "local_time", "arguments": "{\"city\": \"Zürich\"}"}}]},
+        {"role": "tool", "name": "get_weather", "content": "{\"temp\": 21}"},
+        {"role": "tool", "name": "local_time", "content": "14:05"},
+        {"role": "assistant", "content": "21 °C, and it is 14:05."}]}),
+    # A system turn of its own beside the tools, text before a call, then a plain follow-up turn.
+    ({"tools": [WEATHER], "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Is it cold in Oslo?"},
+        {"role": "assistant", "content": "Let me check.", "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+        {"role": "tool", "content": "{\"temp\": -3}"},
+        {"role": "assistant", "content": "Yes: -3 °C."},
+        {"role": "user", "content": "Thanks!"},
+        {"role": "assistant", "content": "You're welcome."}]}),
+    # No tools: the default system turn.
+    ({"messages": [{"role": "user", "content": "What is two plus two?"}, {"role": "assistant", "content": "Four."}]}),
+]
+
+
+@pytest.fixture(scope="session")
+def qwen_style_dir(tmp_path_factory):
+    path = write_tokenizer_dir(tmp_path_factory.mktemp("qwen"), QWEN_STYLE_TEMPLATE, "<|im_end|>")
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    del config["bos_token"]  # Qwen's tokenizers have none; the template writes no BOS
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    return path

@@ -31,3 +31,20 @@ def test_lora_runs_carry_their_variant_and_a_targets_ablation_is_named_after_the
     qkvo, qkv = ["q_proj", "k_proj", "v_proj", "o_proj"], ["q_proj", "k_proj", "v_proj"]
     assert ablation_group({"model.lora.targets": (qkvo, qkv)}, "base", "run") == "ablation-targets-qkvo-vs-qkv"
     assert ablation_group({"model.lora.rank": (None, 16)}, "base", "run") == "ablation-lora-r-none-vs-16"
+
+
+def test_an_sft_run_is_named_by_the_model_and_the_data_base_names_not_their_paths():
+    from datetime import date
+
+    from resilient_slurm.config import Config
+    from resilient_slurm.launch.naming import run_name
+
+    c = Config()
+    c.model.name = "Llama-3.2-1B-Instruct"  # what apply_pretrained sets from the directory's name
+    c.model.pretrained, c.data.path = "/models/Llama-3.2-1B-Instruct", "/data/support_v2.jsonl"
+    overrides = ["+experiment=sft", f"model.pretrained={c.model.pretrained}", f"data.path={c.data.path}",
+                 "optim.lr=3e-4", "data.tokenizer=/models/tok"]
+    assert run_name(c, overrides, date(2026, 12, 1)) == "Llama-3.2-1B-Instruct-support_v2-20261201-lr3e-4"
+    c.data.path = "/data/chats/"  # a directory of .jsonl files
+    assert run_name(c, overrides[:3], date(2026, 12, 1)) == "Llama-3.2-1B-Instruct-chats-20261201-base"
+    assert run_name(Config(), [], date(2026, 12, 1)) == "llama-tiny-tiny-chat-20261201-base"  # the shipped set

@@ -9,6 +9,15 @@ from resilient_slurm.rundir.meta import read_meta
 from resilient_slurm.launch.naming import run_name, variant
 
 
+def trained(path):
+    """What the checkpointer leaves once a run has committed its first checkpoint: a `save` event."""
+    from resilient_slurm.ledger import EventLog, Save
+
+    EventLog(path / "events.jsonl", rank=0).emit(Save(reason="periodic", mode="sync", path=str(path / "checkpoints"),
+                                                      bytes=1, seconds=0.1, blocking_s=0.1, has_optimizer=True), 10)
+    return path
+
+
 def cfg(tmp_path, **optim):
     c = Config()
     c.run.root = str(tmp_path)
@@ -56,7 +65,7 @@ def test_first_launch_creates_the_layout_and_relaunch_resumes(tmp_path):
 def test_relaunch_with_a_different_learning_rate_is_refused_naming_the_key(tmp_path):
     first = cfg(tmp_path)
     first.run.name = "r"
-    prepare(first, [])
+    trained(prepare(first, [])[0])
     changed = cfg(tmp_path, lr=3e-4)
     changed.run.name = "r"
     with pytest.raises(ConfigError, match=r"optim\.lr \(0\.0001 -> 0\.0003\)"):
@@ -80,7 +89,7 @@ def test_relaunch_may_change_placement_keys(tmp_path):
 def test_refusal_is_one_line_that_offers_a_fork(tmp_path):
     first = cfg(tmp_path)
     first.run.name = "r"
-    prepare(first, [])
+    trained(prepare(first, [])[0])
     changed = cfg(tmp_path, lr=3e-4, weight_decay=0.0)
     changed.run.name = "r"
     with pytest.raises(ConfigError) as err:
@@ -93,7 +102,7 @@ def test_refusal_is_one_line_that_offers_a_fork(tmp_path):
 def test_fork_makes_a_new_run_that_names_its_parent_and_resumes_on_relaunch(tmp_path):
     first = cfg(tmp_path)
     first.run.name = "r"
-    parent, _ = prepare(first, [])
+    parent = trained(prepare(first, [])[0])
 
     def fork(lr):
         c = cfg(tmp_path, lr=lr)
@@ -102,6 +111,7 @@ def test_fork_makes_a_new_run_that_names_its_parent_and_resumes_on_relaunch(tmp_
 
     path, resumed = fork(3e-4)
     assert path == parent.with_name("r-fork1") and not resumed
+    trained(path)
     meta = read_meta(path)
     assert meta["parent"] == {"name": "r", "run_id": read_meta(parent)["run_id"], "changed": ["optim.lr"]}
     assert meta["run_id"] != meta["parent"]["run_id"] and load_config(path).run.name == "r-fork1"
@@ -146,7 +156,7 @@ def test_an_allowed_change_is_made_and_recorded_in_run_json_and_the_ledger(tmp_p
 
     first = cfg(tmp_path)
     first.run.name = "r"
-    path, _ = prepare(first, [])
+    path = trained(prepare(first, [])[0])
     old_hash = read_meta(path)["config_hash"]
     changed = cfg(tmp_path, lr=3e-4)
     changed.run.name = "r"
@@ -164,9 +174,74 @@ def test_an_allowed_change_is_made_and_recorded_in_run_json_and_the_ledger(tmp_p
 def test_a_change_beyond_the_allowed_keys_is_refused_as_ever(tmp_path):
     first = cfg(tmp_path)
     first.run.name = "r"
-    prepare(first, [])
+    trained(prepare(first, [])[0])
     changed = cfg(tmp_path, lr=3e-4, weight_decay=0.0)
     changed.run.name = "r"
     with pytest.raises(ConfigError, match=r"optim\.weight_decay"):
         prepare(changed, [], allow=AllowedChange(frozenset({"optim.lr"}), "x"))
     assert "changes" not in read_meta(tmp_path / "exp" / "r")
+
+
+def test_before_its_first_checkpoint_a_relaunch_may_change_anything_and_the_change_is_recorded(tmp_path):
+    """A run whose data check failed (nothing trained) is relaunched with the data fixed: no refusal,
+    the change in run.json and the ledger, the old data fingerprint dropped."""
+    from resilient_slurm.ledger import ConfigChanged, read_events, select
+
+    first = cfg(tmp_path)
+    first.run.name = "r"
+    first.data.path = "/data/typo.jsonl"
+    path, _ = prepare(first, [])
+    (path / "data.json").write_text('{"digest": "old"}')
+    old_hash = read_meta(path)["config_hash"]
+    fixed = cfg(tmp_path, lr=3e-4)
+    fixed.run.name = "r"
+    fixed.data.path = "/data/chat.jsonl"
+    again, resumed = prepare(fixed, [])
+    assert again == path and resumed and load_config(path).data.path == "/data/chat.jsonl"
+    (change,) = read_meta(path)["changes"]
+    assert change["changed"] == {"data.path": ["/data/typo.jsonl", "/data/chat.jsonl"], "optim.lr": [1e-4, 3e-4]}
+    assert change["previous_config_hash"] == old_hash and read_meta(path)["config_hash"] == config_hash(fixed)
+    assert change["reason"].startswith("not trained yet (no checkpoint)")
+    (event,) = select(read_events(path / "events.jsonl"), ConfigChanged)
+    assert event.details.changed == change["changed"]
+    assert not (path / "data.json").exists()
+    trained(path)
+    with pytest.raises(ConfigError, match=r"optim\.lr \(0\.0003 -> 0\.001\)"):
+        _relaunch(tmp_path, lr=1e-3)  # trained now: frozen
+
+
+def _relaunch(tmp_path, **optim):
+    c = cfg(tmp_path, **optim)
+    c.run.name = "r"
+    c.data.path = "/data/chat.jsonl"
+    return prepare(c, [])
+
+
+def test_a_finished_run_is_found_before_anything_is_written(tmp_path):
+    from resilient_slurm.launch.prepare import finished
+    from resilient_slurm.ledger import EventLog, Finish
+
+    c = cfg(tmp_path)
+    c.run.name = "r"
+    assert finished(c, []) is None  # no such run yet
+    path, _ = prepare(c, [])
+    assert finished(c, []) is None  # started, not finished
+    EventLog(path / "events.jsonl", rank=0).emit(Finish(tokens_seen=10), 300)
+    again = cfg(tmp_path)
+    again.run.name, again.cluster.ranks = "r", 2  # where it runs does not matter
+    assert finished(again, []) == path
+    other = cfg(tmp_path, lr=3e-4)
+    other.run.name = "r"
+    assert finished(other, []) is None  # a changed config is for prepare to refuse or fork
+
+
+@pytest.mark.parametrize("root, reason", [("/sys/resilient_slurm_test", "Operation not permitted"),
+                                          ("{file}/below", "Not a directory")])
+def test_an_experiments_root_that_cannot_be_written_is_one_line(tmp_path, root, reason):
+    (tmp_path / "file").write_text("")
+    c = cfg(tmp_path)
+    c.run.root = root.format(file=tmp_path / "file")
+    with pytest.raises(ConfigError) as err:
+        prepare(c, [])
+    assert str(err.value) == (f"run.root: cannot write to {c.run.root} ({reason}); set run.root to a directory you "
+                              f"can write")

@@ -84,7 +84,7 @@ def test_config_fields_from_a_transformers_directory(saved):
         "name": "llama31", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_layers": 2,
         "num_heads": 4, "num_kv_heads": 2, "head_dim": 16, "max_seq_len": 512, "rms_norm_eps": 1e-6,
         "rope_theta": 500000.0, "rope_scaling": LLAMA31_ROPE, "tie_embeddings": False, "bos_token_id": 1,
-        "eos_token_id": [2, 3],
+        "eos_token_id": [2, 3], "family": "llama", "qkv_bias": False, "qk_norm": False, "sliding_window": None,
     }
     plain = read_model_config(saved["plain"][0])
     assert (plain["head_dim"], plain["rope_scaling"], plain["eos_token_id"]) == (None, None, [2])
@@ -223,11 +223,11 @@ def _edit_config(directory, **changes):
 
 
 def test_another_architecture_is_refused_by_name(tmp_path):
-    config = transformers.MistralConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                        num_attention_heads=4, num_key_value_heads=2)
-    transformers.MistralForCausalLM(config).save_pretrained(tmp_path)
-    with pytest.raises(PretrainedError, match="architecture MistralForCausalLM is not supported; resilient_slurm "
-                                              "fine-tunes LlamaForCausalLM checkpoints") as e:
+    config = transformers.Phi3Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                     num_attention_heads=4, num_key_value_heads=2, pad_token_id=0)
+    transformers.Phi3ForCausalLM(config).save_pretrained(tmp_path)
+    with pytest.raises(PretrainedError, match=r"model_type phi3 \(Phi3ForCausalLM\) is not supported; resilient_slurm "
+                                              r"fine-tunes llama \(LlamaForCausalLM\), qwen2 \(Qwen2ForCausalLM\)") as e:
         read_model_config(str(tmp_path))
     assert str(tmp_path) in str(e.value) and "\n" not in str(e.value)
 
@@ -241,7 +241,8 @@ def test_another_architecture_is_refused_by_name(tmp_path):
      "llama3 rope scaling lacks low_freq_factor"),
     ({"attention_bias": True}, "attention_bias: true"),
     ({"mlp_bias": True}, "mlp_bias: true"),
-    ({"model_type": "qwen2", "architectures": DROP}, "model_type qwen2 is not supported"),
+    ({"model_type": "phi3", "architectures": DROP}, "model_type phi3 is not supported"),
+    ({"model_type": "qwen2"}, "architecture LlamaForCausalLM is not supported for model_type qwen2"),
     ({"hidden_size": DROP}, "config.json lacks hidden_size"),
 ])
 def test_unsupported_config_gives_one_line_error_naming_the_directory(saved, tmp_path, changes, message):

@@ -84,3 +84,15 @@ def test_evaluating_changes_neither_the_model_nor_the_random_streams(data):
 def test_due_every_n_steps_and_at_the_last(data, step, due):
     ev = Evaluator(config(task_samples=0), plain_model(Config().model, 0), one_rank(), data)
     assert ev.due(step) is due
+
+
+def test_evaluation_shows_its_progress_in_batches_while_it_runs(data, capsys):
+    """40 held-out conversations pack into the validation rows, then 12 samples decode 4 at a time:
+    the bar counts both, and (off a terminal, as here) ends with a line of its own at 100%."""
+    cfg = config()
+    evaluator = Evaluator(cfg, Oracle(data.eval_samples(12), 512), one_rank(), data)
+    val_batches = sum(-(-len(rows) // 4) for rows in evaluator.val_rows.values())
+    evaluator.run(step=10)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith(f"evaluating at step 10: 0/{val_batches + 3} batch (0%)")
+    assert lines[-1].startswith(f"evaluating at step 10: {val_batches + 3}/{val_batches + 3} batch (100%)")

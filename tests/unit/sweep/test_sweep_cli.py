@@ -36,7 +36,7 @@ def test_an_unknown_key_and_a_malformed_range_are_refused_before_anything_is_cre
     (["sweep=pbt", "sweep.trials=1", "optim.lr=interval(1e-5,1e-3)"], "a PBT population needs 2 members"),
     (["sweep=optuna", "sweep.scheduler=asha", "optim.lr=interval(1e-5,1e-3)"], "sweep.pruner: median cannot be "
                                                                               "combined with sweep.scheduler=asha"),
-    (["sweep=nope", "optim.lr=interval(1e-5,1e-3)"], "Could not find 'sweep/nope'"),
+    (["sweep=nope", "optim.lr=interval(1e-5,1e-3)"], "sweep: no option 'nope'; choose one of asha, grid, optuna"),
     (["sweep.controller=slurm", "optim.lr=interval(1e-5,1e-3)"], "its trials must be Slurm jobs too; add cluster=slurm"),
 ])
 def test_a_search_that_cannot_run_is_refused_with_the_fix(tmp_path, capsys, args, message):

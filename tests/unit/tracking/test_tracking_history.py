@@ -96,3 +96,16 @@ def test_backfill_adds_only_missing_committed_rows():
     assert [s for s, _ in rows] == [4, 5, 6, 7]
     assert rows[2][1] == {"loss": 6.0, "table": "kept"}  # what this process logged wins
     assert buf.take_through(8) == []  # step 8 was not committed when the backfill ran
+
+
+def test_benchmark_lines_ride_on_distinct_rows_from_the_last_back():
+    from resilient_slurm.tracking.history import attach_benchmarks
+
+    bench = [{"step": 20, "scores": {"tiny_mmlu/acc": 0.5}}, {"step": 40, "scores": {"tiny_mmlu/acc": 0.75}}]
+    rows, placed = attach_benchmarks([(41, {"loss": 1.0}), (42, {}), (43, {})], bench)
+    assert placed == 2 and rows[0] == (41, {"loss": 1.0})
+    assert rows[1] == (42, {"bench/step": 20, "bench/tiny_mmlu/acc": 0.5})
+    assert rows[2] == (43, {"bench/step": 40, "bench/tiny_mmlu/acc": 0.75})
+    rows, placed = attach_benchmarks([(50, {})], bench)  # the second waits for the next send
+    assert placed == 1 and rows == [(50, {"bench/step": 20, "bench/tiny_mmlu/acc": 0.5})]
+    assert attach_benchmarks([], bench) == ([], 0)

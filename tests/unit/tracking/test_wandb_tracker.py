@@ -73,3 +73,21 @@ def test_two_segments_make_one_run_with_each_step_once(tmp_path, offline):
         mirrored.update({k[7:]: v for k, v in r.values.items() if k.startswith("events/") and k.count("/") == 1})
     assert mirrored == Counter(e.kind.value for e in read_events(run_dir / "events.jsonl"))
     assert rows[4].values["events/stop"] == 1  # seen at close, merged into the last row sent
+
+
+def test_benchmark_scores_reach_wandb_at_their_checkpoints_step_once_across_segments(tmp_path, offline):
+    from resilient_slurm.rundir.benchmarks import append_scores
+
+    cfg = Config()
+    cfg.run.root, cfg.run.experiment, cfg.run.name = str(tmp_path / "runs"), "exp", "b"
+    run_dir, _ = prepare(cfg, [])
+    # Scores of step 5 arrive while the first segment runs steps 6..10; those of step 10 between segments.
+    append_scores(run_dir / "benchmarks.jsonl", 5, {"tiny_mmlu/acc": 0.25}, attempt=1)
+    segment(cfg, run_dir, range(1, 11), commit=10, code=75)
+    append_scores(run_dir / "benchmarks.jsonl", 10, {"tiny_mmlu/acc": 0.5}, attempt=1)
+    segment(cfg, run_dir, range(11, 16), commit=15, code=0, resumed_from=10)
+
+    rows = [row for seg in segments(run_dir / "wandb", read_meta(run_dir)["run_id"]) for row in history(seg)]
+    bench = [(r.step, r.values["bench/step"], r.values["bench/tiny_mmlu/acc"]) for r in rows if "bench/step" in r.values]
+    assert [(x, y) for _, x, y in bench] == [(5, 0.25), (10, 0.5)]  # each once, at its checkpoint's step
+    assert all(wandb_step > bench_step for wandb_step, bench_step, _ in bench)  # sent after training passed it

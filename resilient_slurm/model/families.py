@@ -1,0 +1,87 @@
+"""The model families the one decoder builds, as data: what config.json says of each, and the
+switches of the decoder it turns on. Pure.
+
+    llama    LlamaForCausalLM     the base layout: RMSNorm, RoPE (Llama-3.1 scaling), SwiGLU, GQA
+    qwen2    Qwen2ForCausalLM     + biases on q, k and v (Qwen2 and Qwen2.5 share model_type qwen2)
+    qwen3    Qwen3ForCausalLM     + a per-head RMSNorm on q and k; head_dim set apart from hidden/heads
+    mistral  MistralForCausalLM   Llama's layout, with a sliding attention window in its config
+
+Decision: one decoder with switches (`ModelConfig.qkv_bias`, `qk_norm`, `head_dim`), not a module per
+family. The families differ in a handful of tensors, and everything downstream (FSDP2 sharding, byte
+ranges, checkpoints, LoRA, export) keys on Hugging Face's parameter names, which these families
+share; a copy per family would repeat all of that to change three lines.
+
+A sliding window is not implemented: the decoder attends over the whole row, which computes the
+same as a window only while the row fits in it. `sliding_window` records the window the checkpoint
+declares, and the config check refuses a `data.seq_len` longer than it (config/schema.py).
+Everything else (another model_type, a mixture of experts, biases this layout does not have) is
+refused by name, with the list of what is supported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class PretrainedError(ValueError):
+    """The pretrained directory cannot be used; the message is one line naming it and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str
+    architecture: str
+    qkv_bias: bool
+    """Biases on q, k and v (and none on o)."""
+    qk_norm: bool
+    refused_flags: tuple[str, ...]
+    """config.json flags that must be false or absent: layers the decoder does not have."""
+
+
+FAMILIES = {f.model_type: f for f in (
+    Family("llama", "LlamaForCausalLM", qkv_bias=False, qk_norm=False, refused_flags=("attention_bias", "mlp_bias")),
+    Family("qwen2", "Qwen2ForCausalLM", qkv_bias=True, qk_norm=False, refused_flags=()),
+    Family("qwen3", "Qwen3ForCausalLM", qkv_bias=False, qk_norm=True, refused_flags=("attention_bias",)),
+    Family("mistral", "MistralForCausalLM", qkv_bias=False, qk_norm=False, refused_flags=("attention_bias", "mlp_bias")),
+)}
+SUPPORTED = ", ".join(f"{f.model_type} ({f.architecture})" for f in FAMILIES.values())
+
+
+def family_of(config: Mapping[str, Any], directory: str) -> Family:
+    """The family config.json's `model_type` and `architectures` name, or PretrainedError naming both
+    and listing the supported ones."""
+    model_type = config.get("model_type")
+    architectures = list(config.get("architectures") or [])
+    family = FAMILIES.get(str(model_type))
+    if family is None:
+        named = f"model_type {model_type}" + (f" ({', '.join(architectures)})" if architectures else "")
+        raise PretrainedError(f"{directory}: {named} is not supported; resilient_slurm fine-tunes {SUPPORTED}")
+    for arch in architectures:
+        if arch != family.architecture:
+            raise PretrainedError(f"{directory}: architecture {arch} is not supported for model_type {model_type}; "
+                                  f"resilient_slurm fine-tunes {SUPPORTED}")
+    for flag in family.refused_flags:
+        if config.get(flag):
+            raise PretrainedError(f"{directory}: config.json sets {flag}: true; the {family.architecture} layout here "
+                                  "has no such biases, so this checkpoint is not supported")
+    return family
+
+
+def switches(config: Mapping[str, Any], family: Family) -> dict[str, Any]:
+    """The ModelConfig fields that set the decoder up as this family."""
+    return {"family": family.model_type, "qkv_bias": family.qkv_bias, "qk_norm": family.qk_norm,
+            "sliding_window": sliding_window(config, family)}
+
+
+def sliding_window(config: Mapping[str, Any], family: Family) -> int | None:
+    """The window some layer attends within, or None. Mistral's applies whenever it is set; Qwen's
+    only when `use_sliding_window` is on (transformers 4) or a layer type says so (transformers 5)."""
+    window = config.get("sliding_window")
+    if window is None or family.model_type == "llama":
+        return None
+    if family.model_type == "mistral":
+        return int(window)
+    sliding_layers = "sliding_attention" in (config.get("layer_types") or [])
+    return int(window) if config.get("use_sliding_window") or sliding_layers else None
