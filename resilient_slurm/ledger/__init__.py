@@ -103,13 +103,8 @@ from resilient_slurm.ledger.log import (
 __all__ = [
     "Anomaly", "Attempt", "BuddyCopy", "CATALOG", "CheckpointInterval", "CheckpointSkipped", "ColdCopy",
     "ColdCopyCancelled", "ColdCopyDeferred", "ColdCopyFailed", "ColdRetention", "ColdRetentionFailed",
-<<<<<<< HEAD
-    "ConfigAdjusted", "ConfigChanged", "Crash", "DataPhase", "DataReady", "Details", "SourceEpoch", "SourceExhausted", "EmergencyPlan", "Event", "EventLog",
-    "Exploit", "Explore", "Exported", "FAILURES", "Finish", "GaveUp", "Hang", "PeerLost", "HostOom", "Kind", "MemorySave", "LEDGER_FILE",
-=======
     "ConfigAdjusted", "ConfigChanged", "Crash", "DataPhase", "DataReady", "Details", "SourceEpoch", "SourceExhausted", "EmergencyPlan", "EvalDone", "EvalFailed", "EvalLaunched", "Event", "EventLog",
-    "Exploit", "Explore", "Exported", "FAILURES", "Finish", "ForcedExit", "GaveUp", "Hang", "HostOom", "Kind", "MemorySave", "LEDGER_FILE",
->>>>>>> lead
+    "Exploit", "Explore", "Exported", "FAILURES", "Finish", "ForcedExit", "GaveUp", "Hang", "HostOom", "PeerLost", "Kind", "MemorySave", "LEDGER_FILE",
     "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "Requeue",
     "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",
     "SaveSkipped", "Signal", "StacksDumped", "Start", "Stop", "Submitted", "SweepStarted", "TrialFailed",
