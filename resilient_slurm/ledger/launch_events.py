@@ -42,9 +42,9 @@ class Start(Details):
     """Every rank's process id, by rank: a kernel OOM-kill line names the pid."""
     hosts: list[str] | None = None
     """Every rank's host, by rank."""
-    process_starts: list[str | None] | None = None
+    process_starts: list[str] | None = None
     """Every rank's process start (UTC), by rank: after a restart inside the surviving processes,
-    only the replacements' are new."""
+    only the replacements' are new ("" where unknown)."""
     rendezvous_s: float | None = None
     """The longest any rank took to join the process group."""
 

@@ -238,7 +238,7 @@ class Session:
             log.info("run directory: %s", self.run_dir)
             self.events.emit(ledger.Start(world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
                                           process_started=ranks[0][2], pids=[r[0] for r in ranks],
-                                          hosts=[r[1] for r in ranks], process_starts=[r[2] for r in ranks],
+                                          hosts=[r[1] for r in ranks], process_starts=[r[2] or "" for r in ranks],
                                           rendezvous_s=round(max(r[3] for r in ranks), 3)), 0)
             record.record_attempt(self.run_dir, comm.world_size, data=data)
         self.announce("start")

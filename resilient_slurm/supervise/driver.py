@@ -40,7 +40,6 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +74,7 @@ from resilient_slurm.slurm.placement import Allocation
 from resilient_slurm.slurm.step_end import judge
 from resilient_slurm.supervise.hangs import record_silence
 from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
-from resilient_slurm.supervise.restarts import record_restart
+from resilient_slurm.supervise.restarts import PendingRestart, record_restart
 from resilient_slurm.supervise.steps import Generation
 from resilient_slurm.supervise.task import GaveUp, requeue
 
@@ -86,33 +85,6 @@ POLL_S = 0.05
 REJOIN_SETTLE_S = 1.0
 """After a rank's death, how long the driver lets its trace and its peers' reach the ledger."""
 METRICS_TAIL_BYTES = 4096
-
-
-@dataclass
-class _Restart:
-    """A restart inside the allocation, recorded (under the new start's attempt key) once the new
-    start takes its first step."""
-
-    cause: str
-    placement: str
-    move: str
-    replaced: list[str]
-    added: list[str]
-    failed_at: float
-    last_step: int | None
-    path: str = "step"
-    """inprocess or step."""
-    why: str = ""
-    """Why the path (a refused restart inside the processes)."""
-    decided_at: float = 0.0
-    placed_at: float = 0.0
-    """When the new start's processes were launched (or told to rejoin)."""
-    ended_at: float = 0.0
-    """When the failed start's processes were gone (a step restart)."""
-    replacements: tuple[int, ...] = ()
-    """Ranks whose processes are new (a restart inside the processes); empty: all."""
-    nodes: tuple[str, ...] = ()
-    """The nodes the new start runs on."""
 
 
 class SlurmDriver:
@@ -147,7 +119,7 @@ class SlurmDriver:
             os.environ[HEARTBEAT_ENV] = self.monitor.address
         if self.cfg.cluster.restart_in_process:
             os.environ[rejoin.REJOIN_ENV] = "1"
-        pending: _Restart | None = None
+        pending: PendingRestart | None = None
         self.refused, self.decided_at, self.ended_at, self.hung = "", 0.0, 0.0, False
         while True:
             if self.stop.requested:
@@ -179,7 +151,7 @@ class SlurmDriver:
                               cpus_per_task=c.cpus_per_task, gpus_per_node=c.gpus_per_node, extra=c.srun_extra,
                               survivors_stay=c.restart_in_process, env=env)
 
-    def _watch(self, gen: Generation, restart: _Restart | None, alloc: Allocation) -> Allocation:
+    def _watch(self, gen: Generation, restart: PendingRestart | None, alloc: Allocation) -> Allocation:
         """Until every srun of the start exits: a bad report restarts the survivors in their processes
         (`_in_process`) or ends the start; a rank the heartbeats find silent ends it as a hang. The
         restart that began it (or a restart inside the processes) is recorded once its first step is
@@ -277,7 +249,7 @@ class SlurmDriver:
             return {}
         return {n: scontrol.in_service(state) and n not in listed for n, state in states.items() if n in nodes}
 
-    def _conclude(self, step: Generation, alloc: Allocation) -> str | tuple[Allocation, _Restart]:
+    def _conclude(self, step: Generation, alloc: Allocation) -> str | tuple[Allocation, PendingRestart]:
         """Decide after a step ended: the result when training finished, else the next allocation
         and the restart to record (or the job is requeued, or it ends, and this does not return)."""
         ended_at = time.time()
@@ -306,7 +278,7 @@ class SlurmDriver:
         if grown is not None and end.code == ExitCode.RESUME and end.signal == f"SIG{self.grow_signal}" \
                 and not end.unhealthy and not self.stop.requested:
             _say(f"restarting inside the allocation (grow): {grown.reason}")
-            return grown.allocation, _Restart(f"{', '.join(grown.added)} back in service", grown.reason, "grow", [],
+            return grown.allocation, PendingRestart(f"{', '.join(grown.added)} back in service", grown.reason, "grow", [],
                                               list(grown.added), step.grow_asked_at, last_step,
                                               nodes=grown.allocation.in_use)
         if end.code == ExitCode.FAILED and not end.untraced and not any(e.kind in FAILURES for e in ours):
@@ -343,7 +315,7 @@ class SlurmDriver:
         failed_at = min([ended_at, *step.report_times[: len(origin)], *traces])
         move = "shrink" if placed.move is placement.Move.SHRINK else "spare" if placed.added else "in place"
         _say(f"restarting inside the allocation ({move}): {placed.reason}")
-        return placed.allocation, _Restart(decision.reason, placed.reason, move, failed, list(placed.added), failed_at,
+        return placed.allocation, PendingRestart(decision.reason, placed.reason, move, failed, list(placed.added), failed_at,
                                            last_step, "step", self.refused, self.decided_at or ended_at,
                                            ended_at=self.ended_at, nodes=placed.allocation.in_use)
 
@@ -367,7 +339,7 @@ class SlurmDriver:
         return {"job_id": self.job_id, "restart": self.restart, "job_step": step_id or 0, "node": node or self.node}
 
     # --- a restart inside the surviving processes
-    def _in_process(self, gen: Generation, alloc: Allocation) -> tuple[Allocation, _Restart] | None:
+    def _in_process(self, gen: Generation, alloc: Allocation) -> tuple[Allocation, PendingRestart] | None:
         """After a rank's process died: its replacement started (on a spare when its node is lost, else
         in place), the survivors told where the next generation meets; or None, with the reason in
         `self.refused`, when they cannot go on (a CUDA-class error, no survivor, another world size, a
@@ -423,7 +395,7 @@ class SlurmDriver:
         gen.next(step_id)
         move = "spare" if placed.added else "in place"
         _say(f"restarting inside the surviving processes ({move}): ranks {failed} start anew; {placed.reason}")
-        return new, _Restart(decision.reason, placed.reason, move, list(dict.fromkeys(gone)), list(placed.added),
+        return new, PendingRestart(decision.reason, placed.reason, move, list(dict.fromkeys(gone)), list(placed.added),
                              failed_at, last_step, "inprocess", "", self.decided_at, placed_at,
                              replacements=tuple(failed), nodes=new.in_use)
 

@@ -15,19 +15,44 @@ part by part, from the failure to that step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from resilient_slurm import recovery
 from resilient_slurm.files import stamp_seconds, utc_stamp
 from resilient_slurm.ledger import DataReady, EventLog, PeerLost, RestartInAllocation, Resume, Start, read_events
 from resilient_slurm.rundir import RunDir
 
-if TYPE_CHECKING:
-    from resilient_slurm.supervise.driver import _Restart
+
+@dataclass
+class PendingRestart:
+    """A restart inside the allocation, recorded (under the new start's attempt key) once the new
+    start takes its first step."""
+
+    cause: str
+    placement: str
+    move: str
+    replaced: list[str]
+    added: list[str]
+    failed_at: float
+    last_step: int | None
+    path: str = "step"
+    """inprocess or step."""
+    why: str = ""
+    """Why the path (a refused restart inside the processes)."""
+    decided_at: float = 0.0
+    placed_at: float = 0.0
+    """When the new start's processes were launched (or told to rejoin)."""
+    ended_at: float = 0.0
+    """When the failed start's processes were gone (a step restart)."""
+    replacements: tuple[int, ...] = ()
+    """Ranks whose processes are new (a restart inside the processes); empty: all."""
+    nodes: tuple[str, ...] = ()
+    """The nodes the new start runs on."""
 
 
-def record_restart(run_dir: Path, r: _Restart, events: EventLog, step_id: int | None,
+def record_restart(run_dir: Path, r: PendingRestart, events: EventLog, step_id: int | None,
                    first_step_at: float | None) -> None:
     history = read_events(RunDir(run_dir).events)
     key = (events.context["job_id"], events.context["restart"], step_id)
@@ -42,7 +67,7 @@ def record_restart(run_dir: Path, r: _Restart, events: EventLog, step_id: int | 
         path=r.path, why=r.why or None, breakdown=breakdown(r, history, mine, first_step_at)), r.last_step)
 
 
-def breakdown(r: _Restart, history: list[Any], mine: list[Any], first_step_at: float | None) -> dict[str, Any]:
+def breakdown(r: PendingRestart, history: list[Any], mine: list[Any], first_step_at: float | None) -> dict[str, Any]:
     """The parts of one restart, in seconds (None where the ledger does not show them)."""
     start = next((e.details for e in mine if isinstance(e.details, Start)), None)
     resume = next((e for e in mine if isinstance(e.details, Resume)), None)
@@ -75,7 +100,7 @@ def breakdown(r: _Restart, history: list[Any], mine: list[Any], first_step_at: f
     return out
 
 
-def _new_process_starts(r: _Restart, start: Start | None) -> list[float]:
+def _new_process_starts(r: PendingRestart, start: Start | None) -> list[float]:
     """When the new start's new processes began: every rank's after a step restart, only the
     replacements' after a restart inside the surviving processes."""
     if start is None:
