@@ -38,7 +38,7 @@ from resilient_slurm.rundir import RunDir
 from resilient_slurm.rundir.record import GIT_DIR, read_record
 from resilient_slurm.tracking import mlflow_store
 from resilient_slurm.tracking.base import DASHBOARD_KEYS, Table, run_group
-from resilient_slurm.tracking.history import Row
+from resilient_slurm.tracking.history import BENCH_PREFIX, BENCH_STEP, Row
 
 _PARAM_MAX_CHARS = 6000  # MLflow's limit on a param value
 _STATUS: dict[int, str] = {ExitCode.DONE: "FINISHED", ExitCode.RESUME: "SCHEDULED"}
@@ -94,6 +94,10 @@ class MlflowSink:
                 name = DASHBOARD_KEYS.get(key, key)
                 if isinstance(value, Table):
                     self._log_table(name, step, value)
+                elif key.startswith(BENCH_PREFIX):
+                    # Benchmark scores at their checkpoint's step: MLflow takes a step that went by.
+                    if key != BENCH_STEP:
+                        metrics.append(Metric(name, float(value), stamp, int(values[BENCH_STEP])))
                 elif isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "time"):
                     total = self.last_counts.get(name, 0.0) + value if again else float(value)
                     self.last_counts[name] = total

@@ -178,3 +178,19 @@ def test_a_lost_run_id_finds_the_run_by_its_tag(cfg):
     segment(cfg, run_dir, range(4, 7), commit=6, code=0, resumed_from=3)
     client, runs = read_back(cfg, run_dir)
     assert len(runs) == 1 and mlflow_store.steps(client, runs[0].info.run_id) == list(range(1, 7))
+
+
+def test_benchmark_scores_reach_mlflow_at_their_checkpoints_step_once_across_processes(cfg):
+    from resilient_slurm.rundir.benchmarks import append_scores
+
+    run_dir, _ = prepare(cfg, [])
+    # Scores of step 5 arrive while the first process runs steps 6..10; those of step 10 between processes.
+    append_scores(run_dir / "benchmarks.jsonl", 5, {"tiny_mmlu/acc": 0.25}, attempt=1)
+    segment(cfg, run_dir, range(1, 11), commit=10, code=75)
+    append_scores(run_dir / "benchmarks.jsonl", 10, {"tiny_mmlu/acc": 0.5}, attempt=1)
+    segment(cfg, run_dir, range(11, 16), commit=15, code=0, resumed_from=10)
+
+    client, (run,) = read_back(cfg, run_dir)
+    history = client.get_metric_history(run.info.run_id, "bench/tiny_mmlu/acc")
+    assert sorted((m.step, m.value) for m in history) == [(5, 0.25), (10, 0.5)]  # each once, at its checkpoint
+    assert not client.get_metric_history(run.info.run_id, "bench/step")
