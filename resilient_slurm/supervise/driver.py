@@ -139,7 +139,7 @@ class SlurmDriver:
         _say(f"starting training on {','.join(nodes)}")
         gen = Generation([])
         gen.start(self._argv(nodes, c.tasks_per_node), nodes)
-        self.hung = False
+        self.hung, self.refused = False, ""
         if self.monitor is not None:
             self.monitor.restart(0)
         return gen
@@ -182,6 +182,8 @@ class SlurmDriver:
                     node = alloc.in_use[s.rank // self.cfg.cluster.tasks_per_node]
                     record_silence(self.path, s, None, self._context(gen.step_id, node))
                 self.hung, self.decided_at = True, time.time()
+                if self.cfg.cluster.restart_in_process:
+                    self.refused = recovery.inprocess_refusal(True, (), 0, True) or ""
                 killed = self._kill(gen)
             elif gen.reports:
                 if gen.origin is None:

@@ -12,13 +12,16 @@ test_node_health.py), and its disk by deleting its hot-tier directory."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
 from resilient_slurm.exit_codes import ExitCode
+from resilient_slurm.files import stamp_seconds
 from resilient_slurm.health import exclude_list
 from resilient_slurm.ledger import Kind
 from tests.integration.runs import assert_bit_identical, events, final_tensors, finish, launch, run_dir
@@ -86,6 +89,28 @@ def test_a_killed_rank_continues_on_the_spare_in_the_same_job(idle_cluster, tmp_
                       "first_step", "load_source"}, b
     assert all(b[k] is not None and 0 <= b[k] < r.latency_s for k in b if k != "load_source"), b
     assert b["load_source"] == "hot"
+    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
+
+
+def test_a_stopped_rank_is_found_by_its_heartbeats_long_before_the_collective_timeout(idle_cluster, tmp_path):
+    """SIGSTOP of rank 1: it is alive but silent. The driver's heartbeat monitor finds it after
+    monitor.heartbeat_timeout_s (10 s here; the collective timeout is 60 s), records the hang on its
+    rank, and restarts every process (a hung rank cannot be told to rejoin)."""
+    ref = reference(2)
+    job = submit(tmp_path, "stopped", *DRIVEN, "cluster.spare_nodes=1", "monitor.heartbeat_timeout_s=10")
+    rdir = run_dir(tmp_path, "stopped")
+    wait_for_step(rdir, 60, 120)
+    pid = of(events(rdir), Kind.START)[-1].details.pids[1]
+    stopped_at = time.time()
+    os.kill(pid, signal.SIGSTOP)
+    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    (hang,) = of(ev, Kind.HANG)
+    found_s = stamp_seconds(hang.time) - stopped_at
+    assert hang.rank == 1 and hang.details.reason.startswith("heartbeat:") and 10 <= found_s < 30, (found_s, hang)
+    (restart,) = of(ev, Kind.RESTART_IN_ALLOCATION)
+    assert restart.details.path == "step" and "a hang" in restart.details.why, restart
     assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
