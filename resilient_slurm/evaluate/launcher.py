@@ -21,6 +21,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from resilient_slurm.checkpoint import store
@@ -77,7 +78,7 @@ class SideEvaluations:
             work = work_dir(self.run_dir, step)
             work.mkdir(parents=True, exist_ok=True)
             if self.where == "slurm":
-                ok, answer = sbatch(batch_script(self.cfg, self.run_dir, step))
+                ok, answer = sbatch(batch_script(self.cfg, self.run_dir, step), env=eval_env(os.environ))
                 if not ok:
                     raise RuntimeError(answer)
                 self.events.emit(EvalLaunched(tasks=tasks, where="slurm", eval_job_id=answer,
@@ -86,7 +87,7 @@ class SideEvaluations:
                 return
             # Lowest CPU priority and one thread from its first instruction (its imports included).
             nice = ["nice", "-n", "19"] if shutil.which("nice") else []
-            env = {**os.environ, "OMP_NUM_THREADS": "1"}
+            env = {**eval_env(os.environ), "OMP_NUM_THREADS": "1"}
             with open(work / "eval.log", "ab") as out:
                 child = subprocess.Popen(nice + command(self.run_dir, step, "local"), stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
@@ -99,3 +100,16 @@ class SideEvaluations:
             error = f"{type(e).__name__}: {e}"
             self.events.emit(EvalFailed(error=f"launch: {error}", attempt=1, final=True), step)
             log.warning("step %d: the benchmark evaluation did not start: %s", step, error)
+
+
+# The training rank's process-group and supervision settings: inherited, they would make lm-eval's
+# accelerate join the training's rendezvous (its port is taken: EADDRINUSE) and the child beat as a rank.
+RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
+            "ROLE_RANK", "ROLE_WORLD_SIZE", "RESILIENT_SLURM_HEARTBEAT", "RESILIENT_SLURM_DRIVEN",
+            "RESILIENT_SLURM_REJOIN", "RESILIENT_SLURM_JOIN", "RESILIENT_SLURM_GENERATION")
+
+
+def eval_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment an evaluation starts in: the training's, less what makes a process a rank. Pure."""
+    return {k: v for k, v in environ.items()
+            if k not in RANK_ENV and not k.startswith("TORCHELASTIC_")}

@@ -174,6 +174,10 @@ def continued(run: Path, step: int, root: Path, *legs: tuple[int, int], override
     for path in (twin / "checkpoints").glob("step_*"):
         if int(path.name.split("_")[1]) > step:
             shutil.rmtree(path)
+    # Its ledger back to that step too: a run whose ledger says it finished is not run again.
+    ledger = twin / "events.jsonl"
+    ledger.write_text("".join(line for line in ledger.read_text().splitlines(keepends=True)
+                              if json.loads(line)["event"] != "finish"))
     for ranks, until in legs:
         code, out = finish(launch(root, run.name, f"cluster.ranks={ranks}", "train.threads=1",
                                   f"train.pause_at_step={until}", *overrides))

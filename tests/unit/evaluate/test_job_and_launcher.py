@@ -134,7 +134,7 @@ def test_a_launch_that_cannot_start_is_recorded_and_training_goes_on(tmp_path, m
     cfg.eval.harness.tasks, cfg.eval.harness.every_steps = ["tiny_mmlu"], 10
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
-    monkeypatch.setattr(launcher, "sbatch", lambda script: sbatch(script, binary=str(tmp_path / "no-sbatch")))
+    monkeypatch.setattr(launcher, "sbatch", lambda script, env: sbatch(script, binary=str(tmp_path / "no-sbatch"), env=env))
     side = launcher.SideEvaluations(cfg, run_dir, EventLog(run_dir / "events.jsonl"), rank=0)
     assert side.where == "slurm" and [s for s in range(1, 31) if side.due(s)] == [10, 20, 30]
     side.launch(10, run_dir / "checkpoints")  # must not raise
@@ -162,3 +162,26 @@ def test_a_local_launch_starts_a_detached_child_and_records_it(tmp_path, monkeyp
     assert store.pinned_steps(run_dir / "checkpoints") == frozenset({5})  # the evaluation releases it
     assert launcher.SideEvaluations(cfg, run_dir, EventLog(run_dir / "events.jsonl"), rank=1).launch(5, run_dir) is None
     assert json.loads(json.dumps(launched.record))["log"].endswith("evals/step_00000005/eval.log")
+
+
+def test_an_evaluation_does_not_start_as_a_rank_of_the_training(tmp_path, monkeypatch):
+    """Seen in the benchmarks test: a child that inherited rank 0's RANK/WORLD_SIZE/MASTER_PORT made
+    lm-eval's accelerate bind the training's rendezvous port (EADDRINUSE). The child's environment
+    is the training's without what makes a process a rank; the rest (PATH, threads, the user's) stays."""
+    training = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "n1",
+                "MASTER_PORT": "37555", "TORCHELASTIC_RUN_ID": "x", "RESILIENT_SLURM_HEARTBEAT": "n1:5000",
+                "RESILIENT_SLURM_DRIVEN": "1", "PATH": "/usr/bin", "HF_HOME": "/data/hf", "SLURM_JOB_ID": "7"}
+    assert launcher.eval_env(training) == {"PATH": "/usr/bin", "HF_HOME": "/data/hf", "SLURM_JOB_ID": "7"}
+    cfg = Config()
+    cfg.eval.harness.tasks, cfg.eval.harness.every_steps = ["tiny_mmlu"], 5
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    for key, value in training.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(launcher, "command", lambda r, s, w: [sys.executable, "-c",
+                                                              f"import os; open({str(tmp_path / 'env')!r},'w').write("
+                                                              f"str(sorted(k for k in os.environ if 'RANK' in k or 'MASTER' in k)))"])
+    side = launcher.SideEvaluations(cfg, run_dir, EventLog(run_dir / "events.jsonl"), rank=0)
+    side.launch(5, run_dir / "checkpoints")
+    side.children[0].wait(timeout=60)
+    assert (tmp_path / "env").read_text() == "[]"
