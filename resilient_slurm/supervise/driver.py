@@ -71,7 +71,7 @@ from resilient_slurm.runtime.threads import yield_when_idle
 from resilient_slurm.slurm import placement, scontrol, srun
 from resilient_slurm.slurm.env import expand_hostlist, master_port
 from resilient_slurm.slurm.placement import Allocation
-from resilient_slurm.slurm.step_end import judge
+from resilient_slurm.slurm.step_end import Untraced, judge
 from resilient_slurm.supervise.hangs import record_silence
 from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
 from resilient_slurm.supervise.restarts import PendingRestart, record_restart
@@ -274,8 +274,8 @@ class SlurmDriver:
         end = judge(ours, origin)
         last_step = max([e.step for e in ours if isinstance(e.step, int)], default=None)
         for task in end.untraced:
-            rank = -1 if task.rank is None else task.rank
-            self._log(step.step_id, rank, task.node).emit(Crash(error=task.error, traceback=""), last_step)
+            self._log(step.step_id, _rank_of(task, alloc.in_use, self.cfg.cluster.tasks_per_node), task.node).emit(
+                Crash(error=task.error, traceback=""), last_step)
         grown = step.grow
         if grown is not None and end.code == ExitCode.RESUME and end.signal == f"SIG{self.grow_signal}" \
                 and not end.unhealthy and not self.stop.requested:
@@ -303,8 +303,8 @@ class SlurmDriver:
             requeue(self.job_id, decision, last_step, c.exclude_file, ttl_s, events)
             sys.exit(int(ExitCode.RESUME))
         held = set(alloc.in_use) | set(alloc.spares)
-        failed = [n for n in dict.fromkeys([*end.unhealthy, *(x.node for x in end.lost), *decision.exclude_nodes])
-                  if n in held]
+        failed = [n for n in dict.fromkeys([*end.unhealthy, *(x.node for x in end.lost), *step.lost,
+                                             *decision.exclude_nodes]) if n in held]
         self._take_out([n for n in decision.exclude_nodes if n in held and n not in end.unhealthy], decision.reason)
         placed = placement.after_failure(alloc, failed)
         if placed.move is placement.Move.REQUEUE:
@@ -354,11 +354,14 @@ class SlurmDriver:
         end = judge(ours, origin)
         last_step = max([e.step for e in ours if isinstance(e.step, int)], default=None)
         for task in end.untraced:
-            self._log(gen.step_id, -1 if task.rank is None else task.rank, task.node).emit(
+            self._log(gen.step_id, _rank_of(task, alloc.in_use, c.tasks_per_node), task.node).emit(
                 Crash(error=task.error, traceback=""), last_step)
+        # Recorded now, these tasks have a trace: the step's end, if it comes to that, must still
+        # count their nodes as lost.
+        gen.lost.extend(x.node for x in end.lost)
         world = len(alloc.in_use) * c.tasks_per_node
         lost_nodes = {x.node for x in end.lost if x.rank is None}
-        failed = sorted({r for x in end.untraced if x.rank is not None for r in [x.rank]}
+        failed = sorted({_rank_of(x, alloc.in_use, c.tasks_per_node) for x in end.untraced if x.rank is not None}
                         | {e.rank for e in ours if e.kind in FAILURES and e.rank >= 0}
                         | {r for r in range(world) if alloc.in_use[r // c.tasks_per_node] in lost_nodes})
         gone = [*end.unhealthy, *(x.node for x in end.lost)]
@@ -400,6 +403,16 @@ class SlurmDriver:
         return new, PendingRestart(decision.reason, placed.reason, move, list(dict.fromkeys(gone)), list(placed.added),
                              failed_at, last_step, "inprocess", "", self.decided_at, placed_at,
                              replacements=tuple(failed), nodes=new.in_use)
+
+
+def _rank_of(task: Untraced, nodes: tuple[str, ...], tasks_per_node: int) -> int:
+    """The global rank of a task srun reported: its position on its node in the start's node list
+    (a replacement step's tasks count from 0 on their node, as the first step's do); -1 for none."""
+    if task.rank is None:
+        return -1
+    if task.node in nodes:
+        return nodes.index(task.node) * tasks_per_node + task.rank % tasks_per_node
+    return int(task.rank)
 
 
 def _first_step_since(metrics: Path, since: float) -> float | None:

@@ -41,6 +41,8 @@ class Generation:
     grow: Placement | None = None
     """The larger placement the driver stopped this step for (a shrunk run growing back)."""
     grow_asked_at: float = 0.0
+    lost: list[str] = field(default_factory=list)
+    """Nodes whose tasks ended without a trace, found while judging a restart in the processes."""
 
     @property
     def launched_at(self) -> float:
