@@ -80,7 +80,8 @@ def test_a_killed_rank_continues_on_the_spare_in_the_same_job(idle_cluster, tmp_
     # rank 0 went on in the process it had; rank 1's is new
     before, after = of(ev, Kind.START)
     assert after.details.pids[0] == before.details.pids[0] and after.details.pids[1] != before.details.pids[1]
-    assert after.details.process_starts[0] == before.details.process_starts[0]
+    # the same process start (read from /proc at each start: to the millisecond, not exactly)
+    assert abs(stamp_seconds(after.details.process_starts[0]) - stamp_seconds(before.details.process_starts[0])) < 0.5
     (waited,) = of(ev, Kind.PEER_LOST)
     # gloo says "Connection closed by peer" or "... reset by peer", depending on which end saw it first
     assert waited.rank == 0 and waited.details.generation == 1 and peer_gone(RuntimeError(waited.details.error))

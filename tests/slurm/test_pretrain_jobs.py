@@ -47,7 +47,9 @@ def test_pretraining_replaced_on_a_spare_then_requeued_ends_bit_identical(idle_c
     (stop,) = [e for e in ev if e.kind is Kind.STOP]
     assert set(stop.details.data) == {"prose", "math"}  # the current shard of each source, in the ledger
     ref = rdir(tmp_path / "ref", "ref")
-    for step in (25, 50, 75, 100, 125, 150):
-        name = f"checkpoints/step_{step:08d}/train_state.json"
-        assert json.loads((run / name).read_text())["data"] == json.loads((ref / name).read_text())["data"], step
+    kept = sorted({p.name for p in (run / "checkpoints").glob("step_*")} & {p.name for p in (ref / "checkpoints").glob("step_*")})
+    assert len(kept) >= 2, kept  # retention keeps the newest few of each
+    for name in kept:
+        state = f"checkpoints/{name}/train_state.json"
+        assert json.loads((run / state).read_text())["data"] == json.loads((ref / state).read_text())["data"], name
     assert_bit_identical(final_tensors(ref, STEPS), final_tensors(run, STEPS))
