@@ -4,6 +4,8 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
+    """The status a run's process exits with; a user's own loop under `Session` exits with the same."""
+
     DONE = 0
     """Training finished; nothing to resume."""
     FAILED = 1
