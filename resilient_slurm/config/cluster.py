@@ -46,7 +46,7 @@ class ClusterConfig:
     """With the driver (spare nodes or elastic shrinking): when a rank's process dies and the others
     survive it, they restart in their own processes (no new interpreter, torch loaded, state from the
     memory tier) and only the lost ranks start anew, on a spare. A hang or a CUDA-class error
-    restarts every process, as without it."""
+    restarts every process, as without it; so does a user's own loop (entry=)."""
     rejoin_timeout_s: float = 120.0
     """How long a surviving rank waits for the driver's word before it exits as any failed rank does."""
     tasks_per_node: int = 1

@@ -117,7 +117,9 @@ class SlurmDriver:
             if m.heartbeat_timeout_s > 0 and self.node else None
         if self.monitor is not None:  # the steps' tasks inherit it (srun --export=ALL)
             os.environ[HEARTBEAT_ENV] = self.monitor.address
-        if self.cfg.cluster.restart_in_process:
+        # A user's own loop (entry=) cannot rebuild itself in its process: every process restarts.
+        self.in_process = self.cfg.cluster.restart_in_process and not self.cfg.entry
+        if self.in_process:
             os.environ[rejoin.REJOIN_ENV] = "1"
         pending: PendingRestart | None = None
         self.refused, self.decided_at, self.ended_at, self.hung = "", 0.0, 0.0, False
@@ -149,7 +151,7 @@ class SlurmDriver:
         return srun.step_argv(nodes, tasks_per_node,
                               [sys.executable, "-u", "-m", "resilient_slurm.supervise.task", str(self.path)],
                               cpus_per_task=c.cpus_per_task, gpus_per_node=c.gpus_per_node, extra=c.srun_extra,
-                              survivors_stay=c.restart_in_process, env=env)
+                              survivors_stay=self.in_process, env=env)
 
     def _watch(self, gen: Generation, restart: PendingRestart | None, alloc: Allocation) -> Allocation:
         """Until every srun of the start exits: a bad report restarts the survivors in their processes
@@ -182,14 +184,14 @@ class SlurmDriver:
                     node = alloc.in_use[s.rank // self.cfg.cluster.tasks_per_node]
                     record_silence(self.path, s, None, self._context(gen.step_id, node))
                 self.hung, self.decided_at = True, time.time()
-                if self.cfg.cluster.restart_in_process:
+                if self.in_process:
                     self.refused = recovery.inprocess_refusal(True, (), 0, True) or ""
                 killed = self._kill(gen)
             elif gen.reports:
                 if gen.origin is None:
                     gen.origin = len(gen.reports)
                 self.decided_at = time.time()
-                moved = self._in_process(gen, alloc) if self.cfg.cluster.restart_in_process else None
+                moved = self._in_process(gen, alloc) if self.in_process else None
                 if moved is None:
                     killed = self._kill(gen)
                 else:
