@@ -57,7 +57,7 @@ def run_local(cfg: Config, run_dir: Path) -> int:
                 env[HEARTBEAT_ENV] = monitor.address
             procs.append(subprocess.Popen([sys.executable, "-m", "resilient_slurm.runtime.rank", str(run_dir)],
                                           env=env, preexec_fn=_die_with_parent))
-        forwarder = forward_signals(STOP_SIGNALS, lambda signum: _signal_all(procs, signum))
+        forwarder = forward_signals(STOP_SIGNALS, lambda signum: _forward(procs, signum))
     try:
         codes = _supervise(procs, cfg.cluster.kill_grace_s, EventLog(RunDir(run_dir).events, rank=-1), watch,
                            forwarder, monitor, run_dir)
@@ -85,15 +85,9 @@ def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, 
     deadline: float | None = None
     reported: set[int] = set()
     killed: set[int] = set()  # ranks this launcher SIGKILLed itself: no OOM killer took them
-    told_at: float | None = None
     while True:
         if forwarder is not None and forwarder.forced_at is not None:
             return _exit_at_once(procs, forwarder, events)
-        if forwarder is not None and forwarder.interrupted_at != told_at:
-            told_at = forwarder.interrupted_at
-            print(f"resilient_slurm: Ctrl-C: every rank saves at the end of its step, then the run exits "
-                  f"{int(ExitCode.RESUME)}; Ctrl-C again within {FORCE_WINDOW_S:.0f} s stops at once without saving",
-                  file=sys.stderr, flush=True)
         codes = [p.poll() for p in procs]
         for rank, code in enumerate(codes):
             if code is not None and code not in (ExitCode.DONE, ExitCode.RESUME) and rank not in reported:
@@ -125,6 +119,18 @@ def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, 
             killed.update(stuck)
             deadline = float("inf")
         time.sleep(0.1)
+
+
+_CTRL_C = (f"resilient_slurm: Ctrl-C: every rank saves at the end of its step, then the run exits "
+           f"{int(ExitCode.RESUME)}; Ctrl-C again within {FORCE_WINDOW_S:.0f} s stops at once without saving\n").encode()
+
+
+def _forward(procs: list[subprocess.Popen], signum: int) -> None:
+    if signum == signal.SIGINT:
+        # Said from the handler, before any rank can say that it saved; os.write, because a
+        # buffered print could be interrupted by this very handler.
+        os.write(sys.stderr.fileno(), _CTRL_C)
+    _signal_all(procs, signum)
 
 
 def _exit_at_once(procs: list[subprocess.Popen], forwarder: Forwarder, events: EventLog) -> list[int]:

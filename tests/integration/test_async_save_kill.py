@@ -47,7 +47,12 @@ def test_sigkill_during_async_saves_leaves_only_valid_checkpoints_of_their_own_s
     root = tmp_path / "ckpts"
     ctx = multiprocessing.get_context("fork")
     rng = random.Random(4321)
-    for kill in range(20):
+    kill = 0
+    deadline = time.monotonic() + 240
+    # 20 kills, and more while fewer than 5 saves committed (a loaded machine saves slower).
+    while kill < 20 or len(store.list_step_dirs(root)) < 5:
+        assert time.monotonic() < deadline, "the saver never got far enough to test anything"
+        kill += 1
         proc = ctx.Process(target=_train_and_save_forever, args=(str(root),))
         proc.start()
         time.sleep(rng.uniform(0.05, 0.5))
@@ -63,5 +68,3 @@ def test_sigkill_during_async_saves_leaves_only_valid_checkpoints_of_their_own_s
                 for name, t in load_file(f).items():
                     expected = -step if "exp_avg" in name else step
                     assert torch.all(t == expected), f"{path.name}/{f.name}:{name} holds another step's values"
-    steps = [s for s, _ in store.list_step_dirs(root)]
-    assert len(steps) >= 5, "the saver never got far enough to test anything"

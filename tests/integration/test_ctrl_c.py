@@ -29,11 +29,19 @@ def ctrl_c(proc) -> None:
     os.killpg(proc.pid, signal.SIGINT)  # the terminal's foreground group: the launcher and every rank
 
 
-def children(pid: int) -> list[int]:
+def rank_children(pid: int) -> list[int]:
+    """This process's children that run a rank (before them the launcher may run git, for the record)."""
     kids = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         kids += [int(k) for k in (task / "children").read_text().split()]
-    return kids
+    ranks = []
+    for kid in kids:
+        try:
+            if b"resilient_slurm.runtime.rank" in Path(f"/proc/{kid}/cmdline").read_bytes():
+                ranks.append(kid)
+        except OSError:  # it exited meanwhile
+            continue
+    return ranks
 
 
 def ranks_running(rdir: Path) -> list[int]:
@@ -103,7 +111,7 @@ def test_ctrl_c_while_the_ranks_still_import_torch_is_a_stop_and_not_a_traceback
     rdir = run_dir(tmp_path, "early")
     proc = launch(tmp_path, "early", STEPS)
     deadline = time.monotonic() + 60
-    while not children(proc.pid):  # the rank started: it is importing torch now
+    while not rank_children(proc.pid):  # the rank started: it is importing torch now
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.01)
     ctrl_c(proc)

@@ -45,23 +45,26 @@ def test_time_limit_warning_saves_requeues_and_resumes_bit_identical(slurm_clust
     steps = ["train.max_steps=300"]
     ref = reference(2, *steps)
     # A 2-minute limit with a 30 s warning: Slurm sends it 30-90 s in (up to 60 s early), before
-    # 300 steps paced at 0.3 s end (about 100 s after the first step).
+    # 300 steps paced at 0.3 s end (about 100 s after the first step). The warning can come early
+    # again in the second attempt, so a third attempt is the same story once more.
     # The collective timeout under the 30 s lead (the timeout hierarchy config/schema.py checks).
     nodes = [o for o in TWO_NODES if not o.startswith("cluster.collective_timeout_s=")]
     job = submit(tmp_path, "timed", *nodes, *steps, "cluster.time_min=2", "cluster.signal_lead_s=30",
                  "cluster.collective_timeout_s=20", "fault.step_sleep_s=0.3")
     rdir = run_dir(tmp_path, "timed")
-    assert wait_for_end(job, rdir, 330) == "COMPLETED", describe(job, rdir)
+    assert wait_for_end(job, rdir, 450) == "COMPLETED", describe(job, rdir)
 
     ev = events(rdir)
-    assert [e.restart for e in attempts(ev)] == [0, 1]
-    assert job_state(job)["Restarts"] == "1"
-    (requeue,) = [e for e in ev if e.kind is Kind.REQUEUE]
-    assert "SIGUSR1" in requeue.details.reason and requeue.details.ok
-    assert "SIGUSR1" in attempts(ev)[1].details.cause
-    saves = [e for e in ev if e.kind is Kind.SAVE and e.details.reason == "emergency"]
-    assert len(saves) == 1 and 0 < saves[0].step < 300
-    assert [e.details.signal for e in ev if e.kind is Kind.SIGNAL] == ["SIGUSR1", "SIGUSR1"]  # both ranks
+    restarts = [e.restart for e in attempts(ev)]
+    warned = len(restarts) - 1  # every attempt but the last ended at a warning
+    assert warned >= 1 and restarts == list(range(warned + 1)), restarts
+    assert job_state(job)["Restarts"] == str(warned)
+    requeues = [e for e in ev if e.kind is Kind.REQUEUE]
+    assert len(requeues) == warned and all("SIGUSR1" in e.details.reason and e.details.ok for e in requeues)
+    assert all("SIGUSR1" in a.details.cause for a in attempts(ev)[1:])
+    saves = [e.step for e in ev if e.kind is Kind.SAVE and e.details.reason == "emergency"]
+    assert len(saves) == warned and saves == sorted(set(saves)) and 0 < saves[0] and saves[-1] < 300, saves
+    assert [e.details.signal for e in ev if e.kind is Kind.SIGNAL] == ["SIGUSR1"] * 2 * warned  # both ranks
     assert_bit_identical(final_tensors(ref, 300), final_tensors(rdir, 300))
 
 
