@@ -110,8 +110,9 @@ def test_a_stopped_rank_is_found_by_its_heartbeats_long_before_the_collective_ti
 
     ev = events(rdir)
     (hang,) = of(ev, Kind.HANG)
+    # The timeout counts from the rank's last beat, up to a liveness beat (1 s) before the SIGSTOP.
     found_s = stamp_seconds(hang.time) - stopped_at
-    assert hang.rank == 1 and hang.details.reason.startswith("heartbeat:") and 10 <= found_s < 30, (found_s, hang)
+    assert hang.rank == 1 and hang.details.reason.startswith("heartbeat:") and 9 <= found_s < 30, (found_s, hang)
     (restart,) = of(ev, Kind.RESTART_IN_ALLOCATION)
     assert restart.details.path == "step" and "a hang" in restart.details.why, restart
     assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
