@@ -30,6 +30,9 @@ REJOIN_ENV = "RESILIENT_SLURM_REJOIN"
 """Set by the driver in a driven step whose survivors may restart in their processes."""
 JOIN_ENV = "RESILIENT_SLURM_JOIN"
 """Set by the driver in a replacement step: the generation its tasks join."""
+STANDBY_ENV = "RESILIENT_SLURM_STANDBY"
+"""Set by the driver in a standby step on a spare node: its task makes itself ready (imports, health
+check), then waits to be woken into a generation (`wake_path`)."""
 GENERATION_ENV = "RESILIENT_SLURM_GENERATION"
 POLL_S = 0.05
 
@@ -71,6 +74,27 @@ def write_instruction(run_dir: Path, job_id: str, restart: int, instruction: Ins
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(asdict(instruction)) + "\n")
     return path
+
+
+def wake_path(run_dir: Path, job_id: str, restart: int, step_id: int) -> Path:
+    """Where the driver tells the standby step `step_id` which generation it joins."""
+    return RunDir(run_dir).slurm / "rejoin" / f"{job_id}.{restart}.standby-{step_id}.json"
+
+
+def wake(run_dir: Path, job_id: str, restart: int, step_id: int, generation: int) -> None:
+    path = wake_path(run_dir, job_id, restart, step_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps({"generation": generation}) + "\n")
+
+
+def await_wake(path: Path, stopped: Callable[[], bool]) -> int | None:
+    """The generation a standby is woken into; None once `stopped()` (the job ends or stops)."""
+    while not stopped():
+        try:
+            return int(json.loads(path.read_text())["generation"])
+        except (OSError, ValueError, KeyError):
+            time.sleep(POLL_S)
+    return None
 
 
 def read_instruction(path: Path) -> Instruction | None:

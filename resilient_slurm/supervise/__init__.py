@@ -11,5 +11,6 @@ Modules, in the order a run meets them:
                   inside the allocation after a failure, requeues when it cannot, grows a shrunk
                   run back at a checkpoint onto nodes returned to service
     steps         the srun steps of one start (a generation): srun's reports as they arrive
+    standby       warm processes on the spares, woken as replacements instead of new steps
     restarts      a restart inside the allocation recorded, with its breakdown part by part
 """

@@ -75,6 +75,7 @@ from resilient_slurm.slurm.step_end import Untraced, judge
 from resilient_slurm.supervise.hangs import record_silence
 from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
 from resilient_slurm.supervise.restarts import PendingRestart, record_restart
+from resilient_slurm.supervise.standby import Standbys
 from resilient_slurm.supervise.steps import Generation
 from resilient_slurm.supervise.task import GaveUp, requeue
 
@@ -123,27 +124,33 @@ class SlurmDriver:
             os.environ[rejoin.REJOIN_ENV] = "1"
         pending: PendingRestart | None = None
         self.refused, self.decided_at, self.ended_at, self.hung = "", 0.0, 0.0, False
+        self.standbys = Standbys()
         while True:
             if self.stop.requested:
                 sys.exit(int(ExitCode.RESUME))
-            step = self._launch(alloc.in_use)
+            step = self._launch(alloc)
             if pending is not None:
                 pending.placed_at = step.launched_at
             alloc = self._watch(step, pending, alloc)
+            self.standbys.dismiss(self.job_id)  # their nodes may be the next start's
             outcome = self._conclude(step, alloc)
             if isinstance(outcome, str):
                 return outcome
             alloc, pending = outcome
 
     # --- one step
-    def _launch(self, nodes: tuple[str, ...]) -> Generation:
-        c = self.cfg.cluster
+    def _launch(self, alloc: Allocation) -> Generation:
+        c, nodes = self.cfg.cluster, alloc.in_use
         _say(f"starting training on {','.join(nodes)}")
         gen = Generation([])
         gen.start(self._argv(nodes, c.tasks_per_node), nodes)
         self.hung, self.refused = False, ""
         if self.monitor is not None:
             self.monitor.restart(0)
+        if self.in_process and c.standby and alloc.spares:
+            self.standbys.start(lambda node: self._argv((node,), 1, (f"{rejoin.STANDBY_ENV}=1",)), alloc.spares,
+                                c.tasks_per_node)
+            _say(f"a process stands by on {','.join(alloc.spares)}")
         return gen
 
     def _argv(self, nodes: tuple[str, ...], tasks_per_node: int, env: tuple[str, ...] = ()) -> list[str]:
@@ -382,7 +389,13 @@ class SlurmDriver:
         replaced: dict[int, int] = {}
         for rank in failed:
             node = new.in_use[rank // c.tasks_per_node]
-            s = gen.start(self._argv((node,), 1, (f"{rejoin.JOIN_ENV}={gen.number + 1}",)), (node,))
+            standby = self.standbys.take(node)
+            if standby is not None and standby.step_id is not None:
+                s = standby
+                gen.adopt(s)
+                rejoin.wake(self.path, self.job_id, self.restart, standby.step_id, gen.number + 1)
+            else:
+                s = gen.start(self._argv((node,), 1, (f"{rejoin.JOIN_ENV}={gen.number + 1}",)), (node,))
             if not s.named.wait(REJOIN_SETTLE_S * 30) or s.step_id is None:
                 self.refused = f"srun did not start the replacement of rank {rank} on {node}"
                 return None

@@ -59,7 +59,8 @@ def record_restart(run_dir: Path, r: PendingRestart, events: EventLog, step_id: 
     mine = [e for e in history if recovery.attempt_key(e) == key]
     start = next((e.details for e in mine if isinstance(e.details, Start)), None)
     new_processes = _new_process_starts(r, start)
-    process_s = max(new_processes) - r.failed_at if new_processes else None
+    # A standby's process began before the failure: none had to start after it.
+    process_s = max(max(new_processes) - r.failed_at, 0.0) if new_processes else None
     events.emit(RestartInAllocation(
         cause=r.cause, placement=r.placement, replaced=r.replaced, added=r.added,
         latency_s=None if first_step_at is None else round(first_step_at - r.failed_at, 3), move=r.move,

@@ -26,6 +26,8 @@ class Srun:
     step_id: int | None = None
     named: threading.Event = field(default_factory=threading.Event)
     """Set once srun said which step it created (its `-v` line)."""
+    owner: Generation | None = None
+    """The generation its reports belong to (a standby's changes when it is woken)."""
 
 
 @dataclass
@@ -64,10 +66,15 @@ class Generation:
         """One more srun of this generation; its stderr is read (and passed on) by a thread."""
         # stdout is the job's log, inherited; stderr is read for srun's reports.
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-        s = Srun(proc, time.time(), nodes)
+        s = Srun(proc, time.time(), nodes, owner=self)
         self.sruns.append(s)
-        threading.Thread(target=self._read, args=(s,), name="srun-stderr", daemon=True).start()
+        threading.Thread(target=_read, args=(s,), name="srun-stderr", daemon=True).start()
         return s
+
+    def adopt(self, s: Srun) -> None:
+        """A standby's srun joins this generation: it is waited for, and its reports are this one's."""
+        s.owner = self
+        self.sruns.append(s)
 
     def next(self, step_id: int) -> None:
         """A restart inside the processes began: a new attempt key, its own reports from now on."""
@@ -79,21 +86,26 @@ class Generation:
     def origin_reports(self) -> list[srun.TaskReport]:
         return self.reports[: len(self.reports) if self.origin is None else self.origin]
 
-    def _read(self, s: Srun) -> None:
-        assert s.proc.stderr is not None
-        for raw in s.proc.stderr:
-            line = raw.decode("utf-8", "replace")
-            sys.stderr.write(line)
-            if s.step_id is None and (step_id := srun.parse_step_id(line)) is not None:
-                s.step_id = step_id
-                if self.step_id is None:
-                    self.step_id = step_id
-                s.named.set()
-            report = srun.parse_report(line)
-            if report is not None:
-                self.reports.append(report)
-                self.report_times.append(time.time())
-            elif "Terminating StepId" in line and self.origin is None:
-                self.origin = len(self.reports)
-        s.named.set()
-        sys.stderr.flush()
+
+
+def _read(s: Srun) -> None:
+    """srun's stderr, passed on; its step id and task reports go to the generation that owns it."""
+    assert s.proc.stderr is not None
+    for raw in s.proc.stderr:
+        line = raw.decode("utf-8", "replace")
+        sys.stderr.write(line)
+        gen = s.owner
+        assert gen is not None
+        if s.step_id is None and (step_id := srun.parse_step_id(line)) is not None:
+            s.step_id = step_id
+            if gen.step_id is None:
+                gen.step_id = step_id
+            s.named.set()
+        report = srun.parse_report(line)
+        if report is not None:
+            gen.reports.append(report)
+            gen.report_times.append(time.time())
+        elif "Terminating StepId" in line and gen.origin is None:
+            gen.origin = len(gen.reports)
+    s.named.set()
+    sys.stderr.flush()

@@ -39,6 +39,7 @@ from resilient_slurm.runtime.threads import yield_when_idle
 
 if TYPE_CHECKING:
     from resilient_slurm.runtime.rejoin import Instruction
+    from resilient_slurm.runtime.signals import StopRequest
     from resilient_slurm.slurm.env import SlurmEnv
     from resilient_slurm.health.oom_watch import OomWatch
     from resilient_slurm.ledger import EventLog
@@ -81,9 +82,11 @@ class SlurmTask:
         if env is None:
             raise RuntimeError("not inside a Slurm task (no SLURM_JOB_ID/SLURM_PROCID); use cluster=local")
         cfg = load_config(run_dir)
-        joining = _joining(run_dir, env)
+        joining = _joining(run_dir, env, stop)
         rank = env.procid if joining is None else joining.replaced[env.step_id] + env.procid
-        events = EventLog(RunDir(run_dir).events, rank=rank, context=env.context())
+        # Every rank of a generation writes under its attempt key, whichever step it runs in.
+        context = env.context() if joining is None else {**env.context(), "job_step": joining.job_step}
+        events = EventLog(RunDir(run_dir).events, rank=rank, context=context)
         if env.procid == 0 and joining is None:  # a generation's attempt is the driver's to record
             history = read_events(RunDir(run_dir).events)
             cause = recovery.restart_cause(history, env.attempt)
@@ -130,7 +133,7 @@ class SlurmTask:
         if watch:
             watch.start(stop)
         try:
-            outcome = run_rank(cfg, run_dir, info, context=env.context(), stop=stop, on_hang=on_hang)
+            outcome = run_rank(cfg, run_dir, info, context=context, stop=stop, on_hang=on_hang)
         finally:
             if watch:
                 watch.stop()
@@ -192,12 +195,21 @@ def _record_host_oom(run_dir: Path, attempt: tuple[str, int, int], watch: OomWat
         events.emit(HostOom(killed_rank=rank, pid=verdict.pid, source=verdict.source, evidence=verdict.evidence), step)
 
 
-def _joining(run_dir: Path, env: SlurmEnv) -> Instruction | None:
+def _joining(run_dir: Path, env: SlurmEnv, stop: StopRequest) -> Instruction | None:
     """A replacement step's tasks join the generation the driver started them for: its word says
-    where (it is written once srun has named the step, so they wait for it)."""
+    where (it is written once srun has named the step, so they wait for it). A standby's task first
+    waits, ready, to be woken into a generation; it exits 0 when the job stops or ends meanwhile."""
     from resilient_slurm.runtime import rejoin
 
     generation = os.environ.get(rejoin.JOIN_ENV)
+    if os.environ.get(rejoin.STANDBY_ENV) == "1":
+        import resilient_slurm.runtime.trainer  # noqa: F401 - imported before the wake, not after it
+
+        woken = rejoin.await_wake(rejoin.wake_path(run_dir, env.job_id, env.restart_count, env.step_id),
+                                  lambda: stop.requested)
+        if woken is None:
+            sys.exit(0)  # it trained nothing: nothing to save, nothing to record
+        generation = str(woken)
     if not generation:
         return None
     os.environ[rejoin.GENERATION_ENV] = generation

@@ -56,8 +56,8 @@ def node_of(job, procid):
 
 
 def test_a_killed_rank_continues_on_the_spare_in_the_same_job(idle_cluster, tmp_path):
-    """The survivor restarts in its own process (cluster.restart_in_process, the default); only the
-    killed rank starts anew, on the spare."""
+    """The survivor restarts in its own process (cluster.restart_in_process, the default); the killed
+    rank's replacement is the process that stood by on the spare (cluster.standby, the default)."""
     ref = reference(2)
     job = submit(tmp_path, "spare", *DRIVEN, "cluster.spare_nodes=1")
     rdir = run_dir(tmp_path, "spare")
@@ -74,7 +74,7 @@ def test_a_killed_rank_continues_on_the_spare_in_the_same_job(idle_cluster, tmp_
     r = restart.details
     assert (r.move, r.replaced, r.added) == ("spare", [dead], [spare]) and sorted(r.nodes) == sorted(second.details.nodes)
     assert dead not in second.details.nodes and spare in second.details.nodes
-    assert 0 < r.process_s < r.latency_s < 60, r
+    assert r.process_s == 0 and 0 < r.latency_s < 60, r  # no process had to start after the failure
     lost = [e for e in of(ev, Kind.CRASH) if e.node == dead]
     assert lost and lost[0].details.error.startswith(f"TaskLost: task 1 on {dead} ended without a trace (Killed)")
     # rank 0 went on in the process it had; rank 1's is new
@@ -82,6 +82,10 @@ def test_a_killed_rank_continues_on_the_spare_in_the_same_job(idle_cluster, tmp_
     assert after.details.pids[0] == before.details.pids[0] and after.details.pids[1] != before.details.pids[1]
     # the same process start (read from /proc at each start: to the millisecond, not exactly)
     assert abs(stamp_seconds(after.details.process_starts[0]) - stamp_seconds(before.details.process_starts[0])) < 0.5
+    # rank 1's new process stood by on the spare since the job began, and was woken after the kill
+    assert stamp_seconds(after.details.process_starts[1]) < stamp_seconds(r.failed_at)
+    (standby,) = [p for p in (rdir / "slurm" / "rejoin").glob("*.standby-*.json")]
+    assert json.loads(standby.read_text()) == {"generation": 1} and standby.name.endswith(f"-{second.job_step}.json")
     (waited,) = of(ev, Kind.PEER_LOST)
     # gloo says "Connection closed by peer" or "... reset by peer", depending on which end saw it first
     assert waited.rank == 0 and waited.details.generation == 1 and peer_gone(RuntimeError(waited.details.error))

@@ -1,5 +1,6 @@
-"""bench/restart.py at a toy size on the sandbox: one in-process restart and one hang found by the
-heartbeats, so the bench cannot rot; its figures are the bench's to report, not this test's."""
+"""bench/restart.py at a toy size on the sandbox: one in-process restart without a standby (the path
+the other sandbox tests do not take) and one hang found by the heartbeats, so the bench cannot rot;
+its figures are the bench's to report, not this test's."""
 
 from __future__ import annotations
 
@@ -15,17 +16,17 @@ pytestmark = pytest.mark.slurm
 def test_the_restart_bench_prints_its_table_and_the_simulators_keys(idle_cluster, tmp_path, capsys):
     bench = load_bench("restart")
     out = tmp_path / "restart.json"
-    assert bench.main(["--repeats", "1", "--paths", "inprocess", "--hangs", "heartbeat", "--steps", "90",
+    assert bench.main(["--repeats", "1", "--paths", "cold", "--hangs", "heartbeat", "--steps", "90",
                        "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "kill -> first step" in printed and "hang found by heartbeat" in printed
     m = json.loads(out.read_text())
     for part in ("detect", "placement", "process_start", "rendezvous", "load", "first_step"):
-        assert m[f"inprocess_{part}_s"] >= 0, part
-    assert m["inprocess_load_source"] == "hot" and 0 < m["inprocess_restart_s"] < 120
+        assert m[f"cold_{part}_s"] >= 0, part
+    assert m["cold_load_source"] == "hot" and 0 < m["cold_restart_s"] < 120
     assert m["heartbeat_timeout_s"] <= m["heartbeat_detect_s"] < m["heartbeat_timeout_s"] + 30
 
     from resilient_slurm.simulate.bench import from_bench
 
     fields = from_bench(m, str(out))  # the simulator reads it
-    assert fields["heartbeat_s"] == m["heartbeat_detect_s"] and fields["rendezvous_s"] == m["inprocess_rendezvous_s"]
+    assert fields["heartbeat_s"] == m["heartbeat_detect_s"]

@@ -81,3 +81,19 @@ def test_no_word_within_the_timeout_is_none(tmp_path):
     began = time.monotonic()
     assert rejoin.await_instruction(rejoin.instruction_path(tmp_path, "1", 0, 1), 0.3) is None
     assert 0.3 <= time.monotonic() - began < 3.0
+
+
+def test_a_standby_is_woken_into_the_generation_the_driver_names(tmp_path):
+    path = rejoin.wake_path(tmp_path, "55", 0, 3)
+    writer = threading.Timer(0.2, rejoin.wake, (tmp_path, "55", 0, 3, 2))
+    writer.start()
+    assert rejoin.await_wake(path, lambda: False) == 2
+    writer.join()
+    # another standby's word is not this one's
+    assert rejoin.wake_path(tmp_path, "55", 0, 4) != path
+
+
+def test_a_standby_stops_waiting_when_the_job_stops(tmp_path):
+    stopped = threading.Event()
+    threading.Timer(0.2, stopped.set).start()
+    assert rejoin.await_wake(rejoin.wake_path(tmp_path, "55", 0, 3), stopped.is_set) is None
