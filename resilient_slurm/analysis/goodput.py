@@ -182,8 +182,11 @@ def account(events: list[Event[Any]], kept: list[dict[str, Any]], lost: list[dic
         job_id = next((e.job_id for e in group if e.job_id is not None), None)
         restart = next((e.restart for e in group if e.restart is not None), None)
         job_step = next((e.job_step for e in group if e.job_step is not None and e.rank >= 0), None)
+        # A restart inside the surviving processes starts no process of rank 0's (nor of a standby's):
+        # their start times predate the previous attempt, whose time is its own.
+        begin = min(traces) if previous is None else max(min(traces), previous.end_s)
         attempts.append(Attempt(
-            index=i + 1, begin_s=min(traces), end_s=max(traces), resumed_from=resumed,
+            index=i + 1, begin_s=begin, end_s=max(traces), resumed_from=resumed,
             last_step=max(steps + [resumed]),
             outcome=_outcome(group, last=i == len(groups) - 1),
             cause=None if previous is None else previous.outcome,
@@ -234,7 +237,8 @@ def _restart(before: Attempt, after: Attempt, records: list[Event[RestartInAlloc
         failed_at = stamp_seconds(record.details.failed_at)
     return Restart(
         index=after.index, in_allocation=after.in_allocation, cause=cause_label(after.cause or ""),
-        move=record.details.move if record else None, process_s=after.begin_s - failed_at,
+        move=record.details.move if record else None,
+        process_s=record.details.process_s if record and record.details.process_s is not None else after.begin_s - failed_at,
         first_step_s=None if after.first_step_s is None else after.first_step_s - failed_at,
         path=record.details.path if record else None, breakdown=record.details.breakdown if record else None,
     )

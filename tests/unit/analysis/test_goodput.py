@@ -220,3 +220,35 @@ def test_the_report_piped_into_head_ends_without_a_traceback(tmp_path):
                           f"echo ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash", capture_output=True,
                           text=True, timeout=120)
     assert done.stdout == "0\n" and done.stderr == "", done.stderr
+
+
+def test_a_restart_inside_the_surviving_processes_counts_the_allocation_once():
+    """Rank 0's process goes on into the second generation, so that start names the process start
+    of the first: the second attempt still begins where the first ended, and nothing is counted twice."""
+    events, kept = [], []
+
+    def ev(t, kind, step, job_step=0, rank=0, **kw):
+        events.append(parse({"time": stamp(t), "event": kind, "step": step, "rank": rank, "job_id": "7",
+                             "restart": 0, "job_step": job_step, **kw}))
+
+    def steps(t, first, last):
+        for step in range(first, last + 1):
+            t += STEP_S
+            kept.append({"step": step, "loss": 1.0, "step_seconds": STEP_S, "time": stamp(t)})
+        return t
+
+    ev(0, "attempt", None, nodes=["n1", "n2"], ntasks=2, cause="first start")
+    ev(1, "start", 0, process_started=stamp(-4))
+    t = steps(1, 1, 30)
+    ev(t + 0.5, "peer_lost", 30, error="Connection closed by peer", teardown_s=0.01, generation=1)
+    ev(t + 1.5, "attempt", None, job_step=1, nodes=["n1", "n3"], ntasks=2, cause="crashed at step 30")
+    ev(t + 2.0, "start", 0, job_step=1, process_started=stamp(-4))
+    ev(t + 2.1, "resume", 25, job_step=1, checkpoint="/c/step_00000025")
+    t2 = steps(t + 2.2, 26, 40)
+    ev(t2 + 0.1, "finish", 40, job_step=1)
+
+    acc = account(events, kept, [])
+    first, second = acc.attempts
+    assert second.in_allocation and second.begin_s == first.end_s
+    assert acc.time.allocated_s == pytest.approx((T0 + t2 + 0.1) - (T0 - 4))  # the wall time, once
+    assert acc.time.goodput == pytest.approx(acc.time.productive_s / acc.time.allocated_s)
