@@ -2,7 +2,7 @@
 on the local Slurm sandbox.
 
     tools/slurm_sandbox up; source /tmp/resilient_slurm_sandbox/env
-    python bench/restart.py [--repeats 2] [--paths inprocess,cold,step,requeue] [--hangs heartbeat,collective]
+    python bench/restart.py [--repeats 2] [--paths inprocess,nostandby,step,requeue] [--hangs heartbeat,collective]
                             [--steps 200] [--json FILE]
 
 The same tiny run (2 nodes x 1 rank, a checkpoint every 25 steps) is submitted once per path and
@@ -11,7 +11,7 @@ process (found by pid in the run's newest `start` event), which is what a node t
 from the job: the process is gone without a trace. The paths:
 - inprocess: a spare node, cluster.restart_in_process=true (the default): rank 0 goes on in its own
   process, rank 1 is the process that stood by on the spare (cluster.standby, the default), woken;
-- cold: the same without the standby: rank 1's process starts on the spare after the failure;
+- nostandby: the same without the standby: rank 1's process starts on the spare after the failure;
 - step: a spare node, cluster.restart_in_process=false: every process starts anew;
 - requeue: no spare: the job goes back to the queue (on this idle sandbox the wait is short; on a
   busy cluster it is the queue's).
@@ -72,8 +72,8 @@ TINY = ["+experiment=tiny_sft", "model.hidden_size=64", "model.intermediate_size
         "eval.every_steps=0", "train.threads=1", "cluster=slurm", "cluster.nodes=2", "cluster.tasks_per_node=1",
         "cluster.time_min=10", "fault.step_sleep_s=0.05", "tracking.mode=disabled"]
 SPARE = ["cluster.spare_nodes=1"]
-PATHS = {"inprocess": SPARE, "cold": [*SPARE, "cluster.standby=false"], "step": [*SPARE, "cluster.restart_in_process=false"],
-         "requeue": []}
+PATHS = {"inprocess": SPARE, "nostandby": [*SPARE, "cluster.standby=false"],
+         "step": [*SPARE, "cluster.restart_in_process=false"], "requeue": []}
 HEARTBEAT_TIMEOUT_S = 10.0
 COLLECTIVE_TIMEOUT_S = 30.0
 HANGS = {"heartbeat": [*SPARE, f"monitor.heartbeat_timeout_s={HEARTBEAT_TIMEOUT_S:g}",

@@ -16,14 +16,14 @@ pytestmark = pytest.mark.slurm
 def test_the_restart_bench_prints_its_table_and_the_simulators_keys(idle_cluster, tmp_path, capsys):
     bench = load_bench("restart")
     out = tmp_path / "restart.json"
-    assert bench.main(["--repeats", "1", "--paths", "cold", "--hangs", "heartbeat", "--steps", "90",
+    assert bench.main(["--repeats", "1", "--paths", "nostandby", "--hangs", "heartbeat", "--steps", "90",
                        "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "kill -> first step" in printed and "hang found by heartbeat" in printed
     m = json.loads(out.read_text())
     for part in ("detect", "placement", "process_start", "rendezvous", "load", "first_step"):
-        assert m[f"cold_{part}_s"] >= 0, part
-    assert m["cold_load_source"] == "hot" and 0 < m["cold_restart_s"] < 120
+        assert m[f"nostandby_{part}_s"] >= 0, part
+    assert m["nostandby_load_source"] == "hot" and 0 < m["nostandby_restart_s"] < 120
     assert m["heartbeat_timeout_s"] <= m["heartbeat_detect_s"] < m["heartbeat_timeout_s"] + 30
 
     from resilient_slurm.simulate.bench import from_bench

@@ -97,6 +97,15 @@ def test_scaling_refuses_a_cost_without_what_its_rule_needs(values, message):
         scaling.scale(values, TARGET, 10_000, TIMEOUTS, "f")
 
 
+def test_an_async_saves_blocking_part_is_never_scaled_past_the_whole_save():
+    # the save here outran the disk's figure (page cache): its bytes explain all of it, while the
+    # blocked-and-slowed time keeps a fixed part
+    values = {"save_s": 0.54, "lost_s": 0.28, "blocking_s": 0.12, "bytes": 1.09e9}
+    out, how = scaling.scale(values, TARGET, 10_000, TIMEOUTS, "f")
+    assert out["save_s"] == pytest.approx(PER_RANK / TARGET.machine.disk_write)
+    assert out["lost_s"] == out["blocking_s"] == out["save_s"] and "at most the whole save" in how["lost_s"]
+
+
 def test_a_restart_scaled_part_by_part_keeps_its_extra_over_a_steady_step():
     """The step path's total is summed after each part is scaled; the steady step it subtracts is
     scaled like the first step, so the first step's extra grows by the ranks rule only."""
