@@ -146,8 +146,10 @@ def test_several_runs_side_by_side_and_a_bad_path(tmp_path, capsys):
     assert "not a run directory" in capsys.readouterr().err
 
 
-def test_restarts_inside_the_allocation_are_counted_apart_with_their_latencies_and_their_gap_is_held_time():
-    """Job 7 loses a node at step 30 (the driver restarts on the spare), then is requeued at step 60."""
+
+def job_seven():
+    """Job 7's ledger and metrics, written here: `ev(t, kind, step, ...)` adds an event at T0 + t,
+    `steps(t, first, last)` a metrics row per step of STEP_S from t, and returns the time after them."""
     events, kept = [], []
 
     def ev(t, kind, step, restart=0, job_step=0, rank=0, **kw):
@@ -160,6 +162,12 @@ def test_restarts_inside_the_allocation_are_counted_apart_with_their_latencies_a
             kept.append({"step": step, "loss": 1.0, "step_seconds": STEP_S, "time": stamp(t)})
         return t
 
+    return events, kept, ev, steps
+
+
+def test_restarts_inside_the_allocation_are_counted_apart_with_their_latencies_and_their_gap_is_held_time():
+    """Job 7 loses a node at step 30 (the driver restarts on the spare), then is requeued at step 60."""
+    events, kept, ev, steps = job_seven()
     ev(0, "attempt", None, nodes=["n1", "n2"], ntasks=2, cause="first start")
     ev(1, "start", 0, process_started=stamp(-4))
     t = steps(1, 1, 30)  # ends at 16.0
@@ -225,18 +233,7 @@ def test_the_report_piped_into_head_ends_without_a_traceback(tmp_path):
 def test_a_restart_inside_the_surviving_processes_counts_the_allocation_once():
     """Rank 0's process goes on into the second generation, so that start names the process start
     of the first: the second attempt still begins where the first ended, and nothing is counted twice."""
-    events, kept = [], []
-
-    def ev(t, kind, step, job_step=0, rank=0, **kw):
-        events.append(parse({"time": stamp(t), "event": kind, "step": step, "rank": rank, "job_id": "7",
-                             "restart": 0, "job_step": job_step, **kw}))
-
-    def steps(t, first, last):
-        for step in range(first, last + 1):
-            t += STEP_S
-            kept.append({"step": step, "loss": 1.0, "step_seconds": STEP_S, "time": stamp(t)})
-        return t
-
+    events, kept, ev, steps = job_seven()
     ev(0, "attempt", None, nodes=["n1", "n2"], ntasks=2, cause="first start")
     ev(1, "start", 0, process_started=stamp(-4))
     t = steps(1, 1, 30)
