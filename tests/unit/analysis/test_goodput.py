@@ -146,7 +146,6 @@ def test_several_runs_side_by_side_and_a_bad_path(tmp_path, capsys):
     assert "not a run directory" in capsys.readouterr().err
 
 
-
 def job_seven():
     """Job 7's ledger and metrics, written here: `ev(t, kind, step, ...)` adds an event at T0 + t,
     `steps(t, first, last)` a metrics row per step of STEP_S from t, and returns the time after them."""
