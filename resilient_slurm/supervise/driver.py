@@ -148,6 +148,8 @@ class SlurmDriver:
         if self.monitor is not None:
             self.monitor.restart(0)
         if self.in_process and c.standby and alloc.spares:
+            # After the training step has its id: step ids then follow the starts (0 trains first).
+            gen.sruns[0].named.wait(REJOIN_SETTLE_S * 30)
             self.standbys.start(lambda node: self._argv((node,), 1, (f"{rejoin.STANDBY_ENV}=1",)), alloc.spares,
                                 c.tasks_per_node)
             _say(f"a process stands by on {','.join(alloc.spares)}")

@@ -46,10 +46,13 @@ def run_local(cfg: Config, run_dir: Path) -> int:
     # Started before the ranks: only OOM kills after this count. Ranks start in this cgroup.
     kernel_log = cfg.health.kernel_log.replace("%n", os.uname().nodename) if cfg.health.kernel_log else None
     watch = OomWatch(memory_cgroup_dirs(), kernel_log)
-    monitor = HeartbeatMonitor("127.0.0.1", cfg.monitor.heartbeat_timeout_s, cfg.monitor.heartbeat_phase_s) \
-        if cfg.monitor.heartbeat_timeout_s > 0 else None
     procs: list[subprocess.Popen] = []
-    with stop_signals_held():  # a Ctrl-C meanwhile reaches every rank, once all exist
+    # A Ctrl-C meanwhile reaches every rank, once all exist. The monitor's thread is started inside
+    # too, so that it inherits the block: the kernel hands a process's signal to any thread that
+    # does not block it, and Python then runs the handler of the moment in the main thread.
+    with stop_signals_held():
+        monitor = HeartbeatMonitor("127.0.0.1", cfg.monitor.heartbeat_timeout_s, cfg.monitor.heartbeat_phase_s) \
+            if cfg.monitor.heartbeat_timeout_s > 0 else None
         for rank in range(n):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
