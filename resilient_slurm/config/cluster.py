@@ -49,8 +49,8 @@ class ClusterConfig:
     restarts every process, as without it; so does a user's own loop (entry=)."""
     standby: bool = True
     """With restart_in_process and spare nodes: a warm process waits on each spare (its interpreter
-    started, torch imported, the node's health checked), so a lost rank's replacement only joins and
-    loads; without it, the replacement's process starts after the failure."""
+    started, torch and the trainer imported), so a lost rank's replacement only joins and loads;
+    without it, the replacement's process starts after the failure."""
     rejoin_timeout_s: float = 120.0
     """How long a surviving rank waits for the driver's word before it exits as any failed rank does."""
     tasks_per_node: int = 1

@@ -31,8 +31,8 @@ REJOIN_ENV = "RESILIENT_SLURM_REJOIN"
 JOIN_ENV = "RESILIENT_SLURM_JOIN"
 """Set by the driver in a replacement step: the generation its tasks join."""
 STANDBY_ENV = "RESILIENT_SLURM_STANDBY"
-"""Set by the driver in a standby step on a spare node: its task makes itself ready (imports, health
-check), then waits to be woken into a generation (`wake_path`)."""
+"""Set by the driver in a standby step on a spare node: its task makes itself ready (its imports),
+then waits to be woken into a generation (`wake_path`)."""
 GENERATION_ENV = "RESILIENT_SLURM_GENERATION"
 POLL_S = 0.05
 
