@@ -391,11 +391,10 @@ class SlurmDriver:
         replaced: dict[int, int] = {}
         for rank in failed:
             node = new.in_use[rank // c.tasks_per_node]
-            standby = self.standbys.take(node)
-            if standby is not None and standby.step_id is not None:
-                s = standby
+            s = self.standbys.take(node)
+            if s is not None and s.step_id is not None:  # take() hands out named ones only
                 gen.adopt(s)
-                rejoin.wake(self.path, self.job_id, self.restart, standby.step_id, gen.number + 1)
+                rejoin.wake(self.path, self.job_id, self.restart, s.step_id, gen.number + 1)
             else:
                 s = gen.start(self._argv((node,), 1, (f"{rejoin.JOIN_ENV}={gen.number + 1}",)), (node,))
             if not s.named.wait(REJOIN_SETTLE_S * 30) or s.step_id is None:
