@@ -98,8 +98,8 @@ from resilient_slurm.checkpoint.train_state import TrainState  # noqa: E402
 from resilient_slurm.checkpoint.verify import verify  # noqa: E402
 from resilient_slurm.config import CheckpointConfig, MemoryTierConfig, ModelConfig, OptimConfig  # noqa: E402
 from resilient_slurm.model import parallel  # noqa: E402
-from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
+from resilient_slurm.session.distributed import Comm, RankInfo  # noqa: E402
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler  # noqa: E402
 from resilient_slurm.model.decoder import token_loss_sum  # noqa: E402
 
 SAVES = ("project", "torch.save", "safetensors", "DCP")

@@ -12,7 +12,7 @@ What it runs, all through the project's code on one rank:
   environment as it was given; torch refuses cuBLAS in that mode unless CUBLAS_WORKSPACE_CONFIG is
   set. This process sets CUBLAS_WORKSPACE_CONFIG=:4096:8 (unless given) so the other checks run;
 - real steps: `Comm(backend="nccl")`, `parallel.build_model` (FSDP2 over a one-GPU mesh, bf16
-  compute, float32 master weights and reduction), `fill_random`, AdamW and `runtime.step.StepRunner`,
+  compute, float32 master weights and reduction), `fill_random`, AdamW and `trainer.step.StepRunner`,
   on a Llama-3.2-1B-shaped model (vocab 128256, hidden 2048, MLP 8192, 16 layers, 32 query / 8
   key-value heads, tied embeddings: 1.24B parameters). Each step is --accumulation micro-batches of
   --micro rows of --seq tokens, two documents packed per row (the block-causal mask the training
@@ -162,8 +162,8 @@ class Run:
     @staticmethod
     def build(comm: Any, cfg: Config, seed: int) -> Run:
         from resilient_slurm.model import parallel
-        from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-        from resilient_slurm.runtime.step import StepRunner
+        from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
+        from resilient_slurm.trainer.step import StepRunner
 
         run = Run(comm, cfg)
         run.model = parallel.build_model(cfg.model, comm.mesh, comm.device)
@@ -419,7 +419,7 @@ def main() -> int:
     started = time.perf_counter()
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")  # e.g. why NVML is off
     from resilient_slurm.monitor.gpu_sampler import GpuSampler
-    from resilient_slurm.runtime.distributed import Comm, RankInfo
+    from resilient_slurm.session.distributed import Comm, RankInfo
 
     props = torch.cuda.get_device_properties(0)
     checks = [Check("device", None, f"{props.name}, {props.total_memory / 2**30:.0f} GiB, capability {props.major}."

@@ -3,7 +3,7 @@ and blocking time, memory per rank, tokens/s.
 
     python bench/lora.py [--ranks 2] [--reps 2] [--steps 6] [--rank 16] [--layers 4] [--dir DIR]
 
-Both modes build the same Llama-shaped model the way a run does (runtime/parallel.py: meta device,
+Both modes build the same Llama-shaped model the way a run does (model/parallel.py: meta device,
 FSDP2 over `--ranks` gloo ranks, each rank filling its rows), train it on the same synthetic
 batches with the project's StepRunner and AdamW, and save with the project's checkpoint code:
 - tokens/s: the global batch over the median step time (after 2 warm-up steps);
@@ -43,10 +43,10 @@ from resilient_slurm.checkpoint.save import save  # noqa: E402
 from resilient_slurm.checkpoint.train_state import TrainState  # noqa: E402
 from resilient_slurm.checkpoint.state import capture_snapshot  # noqa: E402
 from resilient_slurm.config import LoRAConfig, ModelConfig, OptimConfig  # noqa: E402
-from resilient_slurm.runtime import parallel  # noqa: E402
-from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
-from resilient_slurm.runtime.step import StepRunner  # noqa: E402
+from resilient_slurm.model import parallel  # noqa: E402
+from resilient_slurm.session.distributed import Comm, RankInfo  # noqa: E402
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler  # noqa: E402
+from resilient_slurm.trainer.step import StepRunner  # noqa: E402
 from resilient_slurm.data.batches import Batch  # noqa: E402
 
 SEQ, MICRO = 128, 2

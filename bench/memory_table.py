@@ -225,7 +225,7 @@ def head_saved(cfg: ModelConfig, seq: int) -> int:
 def _loss_forward_backward(source: torch.Tensor, targets: torch.Tensor) -> None:
     logits = source.clone()
     loss = token_loss_sum(logits, targets)
-    del logits  # the caller of lm_head drops the logits once the loss is built (runtime/step.py)
+    del logits  # the caller of lm_head drops the logits once the loss is built (trainer/step.py)
     loss.backward()
 
 

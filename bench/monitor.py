@@ -27,11 +27,11 @@ from resilient_slurm.exit_codes import ExitCode  # noqa: E402
 from resilient_slurm.ledger import EventLog  # noqa: E402
 from resilient_slurm.monitor.detectors import Monitor, Observation  # noqa: E402
 from resilient_slurm.monitor.gpu_sampler import GpuSampler  # noqa: E402
-from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
+from resilient_slurm.session.distributed import Comm, RankInfo  # noqa: E402
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler  # noqa: E402
 from resilient_slurm.model.parallel import build_model, fill_random  # noqa: E402
-from resilient_slurm.runtime.step import StepRunner  # noqa: E402
-from resilient_slurm.runtime.watchdog import Watchdog  # noqa: E402
+from resilient_slurm.trainer.step import StepRunner  # noqa: E402
+from resilient_slurm.session.watchdog import Watchdog  # noqa: E402
 from resilient_slurm.data.batches import PackedBatchSampler  # noqa: E402
 from resilient_slurm.data.chat.dataset import open_chat_data  # noqa: E402
 

@@ -2,7 +2,7 @@
 
     python bench/oom_guard.py [--blocks 6] [--steps 10] [--micro 4]
 
-Every FSDP2 unit gets three agreement points per micro-batch (runtime/oom.py), each one host-side
+Every FSDP2 unit gets three agreement points per micro-batch (trainer/oom.py), each one host-side
 all-reduce of one integer. Measured in the same two processes, alternating blocks of steps with a
 guarded trainer and one whose guard has no agreement points (the step's own end-of-loop count stays),
 on two identical models fed the same batches; medians over all steps of each kind. Also the cost of
@@ -25,12 +25,12 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient_slurm.config import Config  # noqa: E402
-from resilient_slurm.runtime import step as step_module  # noqa: E402
-from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
-from resilient_slurm.runtime.oom import OomGuard  # noqa: E402
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
+from resilient_slurm.trainer import step as step_module  # noqa: E402
+from resilient_slurm.session.distributed import Comm, RankInfo  # noqa: E402
+from resilient_slurm.trainer.oom import OomGuard  # noqa: E402
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler  # noqa: E402
 from resilient_slurm.model.parallel import build_model, fill_random  # noqa: E402
-from resilient_slurm.runtime.step import StepRunner  # noqa: E402
+from resilient_slurm.trainer.step import StepRunner  # noqa: E402
 from resilient_slurm.data.batches import Batch  # noqa: E402
 
 

@@ -12,13 +12,13 @@ ranks of one FSDP2 run (world 2) and one rank alone (world 1).
 1. Load. Each rank measures its runtime baseline: VmRSS once torch, the project and the process
    group are up and a first module has been built on the meta device (that imports torch._dynamo,
    once per process), before the model exists. It resets the kernel's high-water mark (writing 5
-   to /proc/self/clear_refs), builds the model the way a run does (`runtime.build.build_model`:
+   to /proc/self/clear_refs), builds the model the way a run does (`trainer.build.build_model`:
    meta device, `fully_shard`, every rank filling its own rows from the files), and reads the
    high-water mark (VmHWM in /proc/self/status). ru_maxrss is not used: a spawned child inherits
    its parent's high-water mark across exec. Bytes read: the rank's `rchar` in /proc/self/io
    (every byte the process read through read/pread) over the build, against the weight files'
    bytes. Then each rank checks its rows against the files.
-2. Train. The 2-rank run takes --steps optimizer steps (`runtime.step.StepRunner`, bf16 compute,
+2. Train. The 2-rank run takes --steps optimizer steps (`trainer.step.StepRunner`, bf16 compute,
    float32 master weights, AdamW) on random tokens, one --seq row per rank; then each rank sums
    the bytes of its local shards (`p.to_local()`, the gradients, AdamW's state) against the
    unsharded total, computed from the global shapes. It saves that state, and the 1-rank worker
@@ -68,10 +68,10 @@ from resilient_slurm.checkpoint.train_state import TrainState  # noqa: E402
 from resilient_slurm.checkpoint.state import capture_snapshot, local_rows  # noqa: E402
 from resilient_slurm.checkpoint.verify import verify  # noqa: E402
 from resilient_slurm.config import Config, ModelConfig  # noqa: E402
-from resilient_slurm.runtime import build  # noqa: E402
-from resilient_slurm.runtime.distributed import Comm, RankInfo  # noqa: E402
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler  # noqa: E402
-from resilient_slurm.runtime.step import StepRunner  # noqa: E402
+from resilient_slurm.trainer import build  # noqa: E402
+from resilient_slurm.session.distributed import Comm, RankInfo  # noqa: E402
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler  # noqa: E402
+from resilient_slurm.trainer.step import StepRunner  # noqa: E402
 from resilient_slurm.data.batches import Batch  # noqa: E402
 from resilient_slurm.model.pretrained import HFWeights, read_model_config  # noqa: E402
 
@@ -396,7 +396,7 @@ def report(args: argparse.Namespace, loads: dict[int, list[dict[str, Any]]], tra
           ", ".join(f"rank {r} {t['train_peak_above'] / MB:.0f} MB" for r, t in enumerate(trained)))
     print()
     print("Loading pretrained weights (float32 files): build on meta, shard, each rank fills its rows "
-          "(runtime.build.build_model); RSS from /proc/self/status, bytes read from /proc/self/io rchar")
+          "(trainer.build.build_model); RSS from /proc/self/status, bytes read from /proc/self/io rchar")
     print("| world | rank | baseline RSS | peak RSS | peak - baseline | fp32 model | (peak - baseline) / model | "
           "target | read | files | read / files | rows match files | s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -18,6 +18,7 @@ is a complete loop, and its plain twin without any of this.
 
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.exit_codes import ExitCode
-from resilient_slurm.runtime.session import InputError, Session
+from resilient_slurm.errors import InputError
+from resilient_slurm.session.session import Session
 
 __all__ = ["ExitCode", "InputError", "Session", "TrainState"]

@@ -3,7 +3,7 @@ has one default group), shared by every test that needs collectives of a single 
 
 from __future__ import annotations
 
-from resilient_slurm.runtime.distributed import Comm, RankInfo
+from resilient_slurm.session.distributed import Comm, RankInfo
 
 _comm: Comm | None = None
 

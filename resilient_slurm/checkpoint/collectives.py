@@ -1,5 +1,5 @@
 """What checkpoints need from the run's process group, as protocols: the package is typed against
-these, never against the training loop's own class (`runtime.distributed.Comm` satisfies both, and
+these, never against the training loop's own class (`session.distributed.Comm` satisfies both, and
 so does a process group a user's own loop made, wrapped by `Comm.adopt`)."""
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ Modules, from files to batches:
     fingerprint    the data's version: size, mtime and sampled blocks of each file, cheap at any size
     packing        documents packed into rows; labels and positions of a row                    [pure]
     batches        the Batch of packed rows and the exact-position sampler over them
+    pipeline       what the trainer trains on: chat rows or a token mixture, and its data position
+    open           the data of a run opened for one rank, bad input in one line
     __main__       python -m resilient_slurm.data tokenize | prepare (the CPU-side steps of pretraining)
 
 Sub-packages:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from resilient_slurm.runtime.threads import yield_when_idle
+from resilient_slurm.process.threads import yield_when_idle
 
 yield_when_idle(os.environ)  # before any rank imports torch: OpenMP reads it when it loads
 

@@ -21,9 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from resilient_slurm.config import Config, to_dict
 from resilient_slurm.exit_codes import ExitCode
-from resilient_slurm.runtime.distributed import RankInfo
-from resilient_slurm.runtime.session import RUN_DIR_ENV, InputError, RankContext, RunOutcome, launched
-from resilient_slurm.runtime.signals import StopRequest
+from resilient_slurm.session.distributed import RankInfo
+from resilient_slurm.errors import InputError
+from resilient_slurm.session.session import RUN_DIR_ENV, RankContext, RunOutcome, launched
+from resilient_slurm.process.signals import StopRequest
 
 
 def resolve(spec: str) -> Callable[[DictConfig], Any]:

@@ -24,13 +24,14 @@ from resilient_slurm.config import Config
 from resilient_slurm.ledger import EventLog
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.rundir.identity import load_config
-from resilient_slurm.runtime.distributed import Comm, RankInfo
-from resilient_slurm.runtime import rejoin
-from resilient_slurm.runtime.heartbeat import Heartbeat
-from resilient_slurm.runtime.logs import setup_logging
-from resilient_slurm.runtime.session import InputError, RunOutcome
-from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
-from resilient_slurm.runtime.threads import rank_threads
+from resilient_slurm.session.distributed import Comm, RankInfo
+from resilient_slurm.session import rejoin
+from resilient_slurm.session.heartbeat import Heartbeat
+from resilient_slurm.session.logs import setup_logging
+from resilient_slurm.errors import InputError
+from resilient_slurm.session.session import RunOutcome
+from resilient_slurm.process.signals import StopRequest, install_stop_handlers
+from resilient_slurm.process.threads import rank_threads
 
 log = logging.getLogger("resilient_slurm")
 
@@ -115,7 +116,7 @@ def _train(cfg: Config, run_dir: Path, info: RankInfo, events: EventLog, stop: S
     """The built-in trainer; a crash is recorded at the step it happened. In a driven step that lets
     survivors restart in their processes, a peer's death is not this rank's crash: the outcome says
     so (`peer_lost`), after the trainer and the process group are torn down."""
-    from resilient_slurm.runtime.trainer import Trainer
+    from resilient_slurm.trainer.trainer import Trainer
 
     comm: Comm | None = None
     trainer: Trainer | None = None

@@ -64,10 +64,10 @@ from resilient_slurm.ledger import (
 )
 from resilient_slurm.ledger import GaveUp as GaveUpEvent
 from resilient_slurm.monitor.heartbeats import culprits
-from resilient_slurm.runtime import rejoin
-from resilient_slurm.runtime.heartbeat import HEARTBEAT_ENV
-from resilient_slurm.runtime.signals import install_stop_handlers
-from resilient_slurm.runtime.threads import yield_when_idle
+from resilient_slurm.session import rejoin
+from resilient_slurm.session.heartbeat import HEARTBEAT_ENV
+from resilient_slurm.process.signals import install_stop_handlers
+from resilient_slurm.process.threads import yield_when_idle
 from resilient_slurm.slurm import placement, scontrol, srun
 from resilient_slurm.slurm.env import expand_hostlist, master_port
 from resilient_slurm.slurm.placement import Allocation

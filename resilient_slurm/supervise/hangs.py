@@ -18,7 +18,7 @@ from typing import Any
 from resilient_slurm.ledger import EventLog, Hang
 from resilient_slurm.monitor.heartbeats import Silence
 from resilient_slurm.rundir import RunDir
-from resilient_slurm.runtime.watchdog import HANG_MARKER, PEER_DUMP_GRACE_S, PY_SPY_TIMEOUT_S
+from resilient_slurm.session.watchdog import HANG_MARKER, PEER_DUMP_GRACE_S, PY_SPY_TIMEOUT_S
 
 
 def record_silence(run_dir: Path, silence: Silence, pid: int | None, context: dict[str, Any]) -> Path:

@@ -19,7 +19,7 @@ from resilient_slurm.config import Config
 from resilient_slurm.health import exclude_list
 from resilient_slurm.health.scan import preflight
 from resilient_slurm.ledger import EventLog, NodeUnhealthy
-from resilient_slurm.runtime.signals import StopRequest
+from resilient_slurm.process.signals import StopRequest
 from resilient_slurm.slurm import scontrol
 
 log = logging.getLogger("resilient_slurm")

@@ -32,8 +32,8 @@ from resilient_slurm.health.oom_watch import OomWatch, memory_cgroup_dirs
 from resilient_slurm.files import utc_stamp
 from resilient_slurm.ledger import EventLog, ForcedExit, HostOom, RankExit, RanksKilled
 from resilient_slurm.monitor.heartbeats import culprits
-from resilient_slurm.runtime.heartbeat import HEARTBEAT_ENV
-from resilient_slurm.runtime.signals import FORCE_WINDOW_S, STOP_SIGNALS, Forwarder, forward_signals, stop_signals_held
+from resilient_slurm.session.heartbeat import HEARTBEAT_ENV
+from resilient_slurm.process.signals import FORCE_WINDOW_S, STOP_SIGNALS, Forwarder, forward_signals, stop_signals_held
 from resilient_slurm.supervise.hangs import record_silence
 from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
 

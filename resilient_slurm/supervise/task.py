@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING
 
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.exit_codes import ExitCode
-from resilient_slurm.runtime.signals import install_stop_handlers
-from resilient_slurm.runtime.threads import yield_when_idle
+from resilient_slurm.process.signals import install_stop_handlers
+from resilient_slurm.process.threads import yield_when_idle
 
 if TYPE_CHECKING:
-    from resilient_slurm.runtime.rejoin import Instruction
-    from resilient_slurm.runtime.signals import StopRequest
+    from resilient_slurm.session.rejoin import Instruction
+    from resilient_slurm.process.signals import StopRequest
     from resilient_slurm.slurm.env import SlurmEnv
     from resilient_slurm.health.oom_watch import OomWatch
     from resilient_slurm.ledger import EventLog
@@ -70,7 +70,7 @@ class SlurmTask:
         from resilient_slurm.ledger import Attempt, EventLog, read_events
         from resilient_slurm.ledger import GaveUp as GaveUpEvent
         from resilient_slurm.runtime.rank import run as run_rank
-        from resilient_slurm.runtime.distributed import RankInfo
+        from resilient_slurm.session.distributed import RankInfo
         from resilient_slurm.slurm.env import SlurmEnv, master_port
         from resilient_slurm.supervise.health_watch import NodeHealthWatch
         from resilient_slurm.slurm.scontrol import node_address
@@ -199,11 +199,11 @@ def _joining(run_dir: Path, env: SlurmEnv, stop: StopRequest) -> Instruction | N
     """A replacement step's tasks join the generation the driver started them for: its word says
     where (it is written once srun has named the step, so they wait for it). A standby's task first
     waits, ready, to be woken into a generation; it exits 0 when the job stops or ends meanwhile."""
-    from resilient_slurm.runtime import rejoin
+    from resilient_slurm.session import rejoin
 
     generation = os.environ.get(rejoin.JOIN_ENV)
     if os.environ.get(rejoin.STANDBY_ENV) == "1":
-        import resilient_slurm.runtime.trainer  # noqa: F401 - imported before the wake, not after it
+        import resilient_slurm.trainer.trainer  # noqa: F401 - imported before the wake, not after it
 
         woken = rejoin.await_wake(rejoin.wake_path(run_dir, env.job_id, env.restart_count, env.step_id),
                                   lambda: stop.requested)

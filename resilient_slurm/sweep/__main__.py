@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from resilient_slurm.runtime.threads import yield_when_idle
+from resilient_slurm.process.threads import yield_when_idle
 
 yield_when_idle(os.environ)  # the trials started from here inherit it, before they import torch
 

@@ -37,7 +37,7 @@ from resilient_slurm.ledger import (
     TrialPruned,
     read_events,
 )
-from resilient_slurm.runtime.signals import StopRequest
+from resilient_slurm.process.signals import StopRequest
 from resilient_slurm.sweep import feed
 from resilient_slurm.sweep.backends import Backend, Handle
 from resilient_slurm.sweep.launcher import TrialLauncher

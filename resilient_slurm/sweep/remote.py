@@ -24,7 +24,7 @@ class ControllerTask:
         self.argv, self.cwd = argv, cwd
 
     def __call__(self) -> str:
-        from resilient_slurm.runtime.signals import install_stop_handlers
+        from resilient_slurm.process.signals import install_stop_handlers
 
         stop = install_stop_handlers()
         from resilient_slurm.sweep import cli, session

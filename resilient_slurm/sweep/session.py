@@ -9,7 +9,7 @@ import time
 
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import LEDGER_FILE, EventLog, read_events
-from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
+from resilient_slurm.process.signals import StopRequest, install_stop_handlers
 from resilient_slurm.sweep import leaderboard, plots, study
 from resilient_slurm.sweep.backends import Backend, LocalBackend, SlurmBackend
 from resilient_slurm.sweep.cli import Plan, controller_lock

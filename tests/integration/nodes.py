@@ -79,7 +79,7 @@ def finish(procs: list[subprocess.Popen], timeout: float = 300) -> list[tuple[in
 
 
 def main(argv: list[str]) -> int:
-    from resilient_slurm.runtime.distributed import RankInfo
+    from resilient_slurm.session.distributed import RankInfo
     from resilient_slurm.runtime.rank import run
 
     run_dir, node = Path(argv[0]), argv[1]

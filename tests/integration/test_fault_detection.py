@@ -49,7 +49,7 @@ def test_a_hung_rank_is_caught_with_every_ranks_stacks_within_the_timeout(tmp_pa
     stuck = (rdir / "logs" / "hang-rank1-step29.txt").read_text()
     assert "faults.py" in stuck and "before_step" in stuck  # rank 1 is in the injected hang
     waiting = (rdir / "logs" / "hang-rank0-step29.txt").read_text()
-    assert "runtime/step.py" in waiting  # rank 0 waits for rank 1 inside the step's collectives
+    assert "trainer/step.py" in waiting  # rank 0 waits for rank 1 inside the step's collectives
     assert elapsed < 60, f"took {elapsed:.0f}s to end a run hung for 4s"
 
 

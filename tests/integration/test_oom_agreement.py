@@ -13,10 +13,10 @@ import torch.multiprocessing as mp
 
 from resilient_slurm.config import Config, ModelConfig
 from resilient_slurm.model import parallel
-from resilient_slurm.runtime.distributed import Comm, RankInfo
-from resilient_slurm.runtime.oom import StepOutOfMemory
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-from resilient_slurm.runtime.step import StepRunner
+from resilient_slurm.session.distributed import Comm, RankInfo
+from resilient_slurm.trainer.oom import StepOutOfMemory
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
+from resilient_slurm.trainer.step import StepRunner
 from resilient_slurm.data.batches import Batch, rank_micro_batches
 from tests.ports import free_port
 

@@ -15,8 +15,8 @@ from resilient_slurm.checkpoint.state import capture_snapshot
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.config import Config, ModelConfig
 from resilient_slurm.model import parallel
-from resilient_slurm.runtime.distributed import Comm, RankInfo
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
+from resilient_slurm.session.distributed import Comm, RankInfo
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
 from resilient_slurm.model.decoder import token_loss_sum
 from tests.ports import free_port
 from tests.sharded_reference import assert_holds_reference_rows, write_reference

@@ -16,7 +16,7 @@ from resilient_slurm.launch.prepare import prepare
 from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.rundir.meta import read_meta
 from resilient_slurm.ledger import ConfigChanged, Exploit, PbtGeneration, Resume, Stop, SweepStarted, select
-from resilient_slurm.runtime.optim import lr_factor
+from resilient_slurm.trainer.optim import lr_factor
 from tests.integration.runs import REPO, assert_bit_identical, events, final_tensors, last_step
 from tests.integration.sweeps import load, run, start, study_dir, study_events
 

@@ -24,7 +24,7 @@ from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.files import stamp_seconds
 from resilient_slurm.health import exclude_list
 from resilient_slurm.ledger import Kind
-from resilient_slurm.runtime.rejoin import peer_gone
+from resilient_slurm.session.rejoin import peer_gone
 from tests.integration.runs import assert_bit_identical, events, final_tensors, finish, launch, run_dir
 from tests.slurm.jobs import (
     STEPS,

@@ -5,7 +5,7 @@ import torch
 
 from resilient_slurm.checkpoint.save import save
 from resilient_slurm.checkpoint.state import Snapshot, held
-from resilient_slurm.runtime.distributed import Comm
+from resilient_slurm.session.distributed import Comm
 from tests.single_rank import one_rank
 
 

@@ -15,7 +15,7 @@ from resilient_slurm.checkpoint.state import (
     param_names,
 )
 from resilient_slurm.config import OptimConfig
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
 from resilient_slurm.model.decoder import plain_model
 from tests.single_rank import one_rank
 from tests.unit.checkpoint.tiny import TINY, trained

@@ -3,7 +3,7 @@
 import torch
 
 from resilient_slurm.config import ModelConfig, OptimConfig
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
 from resilient_slurm.model.decoder import plain_model
 
 TINY = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,

@@ -53,7 +53,7 @@ def test_only_rank_0_reads_the_samples(tmp_path, monkeypatch):
     """Rank 1 of a run takes rank 0's fingerprint (the collective is a stand-in that hands rank 0's
     value to every rank, as all_gather_object does)."""
     from resilient_slurm.config import Config
-    from resilient_slurm.runtime import build
+    from resilient_slurm.data import open as data_open
 
     class Rank1:
         rank, world_size = 1, 2
@@ -65,8 +65,8 @@ def test_only_rank_0_reads_the_samples(tmp_path, monkeypatch):
     path = tmp_path / "chat.jsonl"
     path.write_text("".join(f'{{"prompt": "hi {i}", "completion": "there {i}"}}\n' for i in range(40)))
     calls = []
-    monkeypatch.setattr(build, "fingerprint", lambda files: calls.append(files) or pytest.fail("rank 1 hashed"))
+    monkeypatch.setattr(data_open, "fingerprint", lambda files: calls.append(files) or pytest.fail("rank 1 hashed"))
     cfg = Config()
     cfg.data.path, cfg.data.cache_dir, cfg.data.val_samples = str(path), str(tmp_path / "cache"), 10
-    data = build.open_data(cfg, tmp_path, Rank1())
+    data = data_open.open_data(cfg, tmp_path, Rank1())
     assert data.fingerprint.files == {str(path): file_fingerprint(str(path))} and not calls

@@ -19,7 +19,7 @@ from resilient_slurm.ledger import EventLog, Kind, read_events
 from resilient_slurm.model.decoder import LlamaForCausalLM
 from resilient_slurm.model.pretrained import apply_pretrained
 from resilient_slurm.rundir.benchmarks import read_scores
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
 from resilient_slurm.slurm.sbatch import sbatch
 from tests.hf_model import make_hf_model
 from tests.single_rank import one_rank

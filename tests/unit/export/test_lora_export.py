@@ -17,7 +17,7 @@ from resilient_slurm.config import Config
 from resilient_slurm.export.__main__ import main as export_main
 from resilient_slurm.export.from_checkpoint import export_checkpoint
 from resilient_slurm.export.hf_writer import ExportError
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
 from resilient_slurm.model.lora import apply_lora
 from resilient_slurm.model.decoder import plain_model
 from resilient_slurm.model.pretrained import apply_pretrained, identity

@@ -19,7 +19,7 @@ from resilient_slurm.model.decoder import LlamaForCausalLM
 from resilient_slurm.model.families import FAMILIES, PretrainedError
 from resilient_slurm.model.lora import apply_lora
 from resilient_slurm.model.pretrained import HFWeights, apply_pretrained, expected_shapes, identity, model_fields
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
 from tests.hf_families import SPELLINGS, load_theirs, make_family_model
 from tests.single_rank import one_rank
 

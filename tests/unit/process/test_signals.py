@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from resilient_slurm.runtime.signals import FORCE_WINDOW_S, STOP_SIGNALS, Forwarder, forced
+from resilient_slurm.process.signals import FORCE_WINDOW_S, STOP_SIGNALS, Forwarder, forced
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -41,13 +41,13 @@ def test_a_signal_held_while_a_process_starts_is_recorded_once_it_handles_them()
     """The launcher's block, inherited across exec: SIGINT sent before the child's handlers exist
     neither kills it nor is lost."""
     child = ("import os, signal, sys, time\n"
-             "from resilient_slurm.runtime.signals import install_stop_handlers\n"
+             "from resilient_slurm.process.signals import install_stop_handlers\n"
              "sys.stdout.write('ready\\n'); sys.stdout.flush()\n"
              "time.sleep(0.5)  # the parent signals meanwhile: a Python process would die of KeyboardInterrupt\n"
              "stop = install_stop_handlers()\n"
              "print(stop.signal_name)\n")
     code = ("import signal, subprocess, sys\n"
-            "from resilient_slurm.runtime.signals import stop_signals_held\n"
+            "from resilient_slurm.process.signals import stop_signals_held\n"
             "with stop_signals_held():\n"
             f"    p = subprocess.Popen([sys.executable, '-c', {child!r}], stdout=subprocess.PIPE, text=True)\n"
             "p.stdout.readline()\n"

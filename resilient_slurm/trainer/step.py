@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from resilient_slurm.runtime.distributed import Comm
-from resilient_slurm.runtime.oom import OomGuard, PeerOutOfMemory, describe, inside_fsdp
+from resilient_slurm.session.distributed import Comm
+from resilient_slurm.trainer.oom import OomGuard, PeerOutOfMemory, describe, inside_fsdp
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from resilient_slurm.recovery import inprocess_refusal
-from resilient_slurm.runtime import rejoin
+from resilient_slurm.session import rejoin
 from resilient_slurm.slurm.placement import Allocation, keep_positions
 from resilient_slurm.slurm.srun import step_argv
 

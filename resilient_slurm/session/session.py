@@ -38,6 +38,7 @@ from resilient_slurm.checkpoint.memory import MemoryTierTooSmall
 from resilient_slurm.checkpoint.state import Snapshot, capture_snapshot, reseed_rng
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
+from resilient_slurm.errors import InputError
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.files import utc_stamp
 from resilient_slurm.ledger import EventLog
@@ -46,23 +47,18 @@ from resilient_slurm.rundir import RunDir, record
 from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.rundir.meta import read_identity
 from resilient_slurm.rundir.metrics import MetricsFile
-from resilient_slurm.runtime.distributed import Comm, RankInfo
-from resilient_slurm.runtime import rejoin
-from resilient_slurm.runtime.heartbeat import Heartbeat
-from resilient_slurm.runtime.logs import setup_logging
-from resilient_slurm.runtime.signals import StopRequest, install_stop_handlers
-from resilient_slurm.runtime.watchdog import Watchdog
+from resilient_slurm.session.distributed import Comm, RankInfo
+from resilient_slurm.session import rejoin
+from resilient_slurm.session.heartbeat import Heartbeat
+from resilient_slurm.session.logs import setup_logging
+from resilient_slurm.process.signals import StopRequest, install_stop_handlers
+from resilient_slurm.session.watchdog import Watchdog
 from resilient_slurm.tracking import open_tracker
 
 log = logging.getLogger("resilient_slurm")
 
 RUN_DIR_ENV = "RESILIENT_SLURM_RUN_DIR"
 """Where `Session.from_env` finds the run directory when the launcher did not hand it one."""
-
-
-class InputError(ValueError):
-    """Bad input (data, tokenizer, pretrained model, a checkpoint this run must not continue
-    from): fix it and launch again; a restart cannot help (exit status 2)."""
 
 
 class Stateful(Protocol):

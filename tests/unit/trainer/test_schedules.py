@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from resilient_slurm.config import OptimConfig
-from resilient_slurm.runtime.optim import build_scheduler, schedule_factor, wsd_factor
+from resilient_slurm.trainer.optim import build_scheduler, schedule_factor, wsd_factor
 
 
 @pytest.mark.parametrize("shape, middle", [("linear", 0.55), ("cosine", 0.55), ("sqrt", 1 - 0.9 * math.sqrt(0.5))])

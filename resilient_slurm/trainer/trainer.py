@@ -31,15 +31,16 @@ from resilient_slurm.ledger import EventLog, read_events
 from resilient_slurm.model.decoder import num_parameters
 from resilient_slurm.monitor.detectors import Finding, Monitor, Observation
 from resilient_slurm.recovery import Action, micro_batch_after, on_findings, on_out_of_memory
-from resilient_slurm.runtime import build
-from resilient_slurm.runtime.distributed import Comm
-from resilient_slurm.runtime.evaluation import Evaluator
-from resilient_slurm.runtime.faults import FaultInjector
-from resilient_slurm.runtime.oom import StepOutOfMemory, rss_bytes
-from resilient_slurm.runtime.optim import apply_hyperparameters, build_optimizer, build_scheduler
-from resilient_slurm.runtime.session import Session, StepSync
-from resilient_slurm.runtime.signals import StopRequest
-from resilient_slurm.runtime.step import StepResult, StepRunner
+from resilient_slurm.trainer import build
+from resilient_slurm.data.open import open_pipeline
+from resilient_slurm.session.distributed import Comm
+from resilient_slurm.trainer.evaluation import Evaluator
+from resilient_slurm.trainer.faults import FaultInjector
+from resilient_slurm.trainer.oom import StepOutOfMemory, rss_bytes
+from resilient_slurm.trainer.optim import apply_hyperparameters, build_optimizer, build_scheduler
+from resilient_slurm.session.session import Session, StepSync
+from resilient_slurm.process.signals import StopRequest
+from resilient_slurm.trainer.step import StepResult, StepRunner
 from resilient_slurm.tracking import Table
 
 log = logging.getLogger("resilient_slurm")
@@ -59,7 +60,7 @@ class Trainer:
         self.cfg, self.run_dir, self.comm, self.events = cfg, run_dir, comm, events
         t = cfg.train
         torch.use_deterministic_algorithms(t.deterministic)
-        self.pipeline = build.open_pipeline(cfg, run_dir, comm)
+        self.pipeline = open_pipeline(cfg, run_dir, comm)
         self.steps = train_steps(cfg)
         """The run's length: train.max_steps, or the steps train.max_tokens takes."""
         self.model = build.build_model(cfg, comm)

@@ -3,7 +3,7 @@
 import torch
 
 from resilient_slurm.config import OptimConfig
-from resilient_slurm.runtime.optim import apply_hyperparameters, build_optimizer, build_scheduler, lr_factor
+from resilient_slurm.trainer.optim import apply_hyperparameters, build_optimizer, build_scheduler, lr_factor
 
 
 def test_restored_hyperparameters_give_way_to_the_config():

@@ -43,7 +43,7 @@ from torch import nn
 from torch.autograd import Variable
 from torch.distributed.fsdp import FSDPModule
 
-from resilient_slurm.runtime.distributed import Comm
+from resilient_slurm.session.distributed import Comm
 
 _FSDP_SOURCE = "/torch/distributed/fsdp/"
 

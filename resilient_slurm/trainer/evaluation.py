@@ -33,7 +33,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from resilient_slurm.config import Config, train_steps
 from resilient_slurm.console import progress
-from resilient_slurm.runtime.distributed import Comm
+from resilient_slurm.session.distributed import Comm
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.data.chat.dataset import ChatData, EvalSample
 from resilient_slurm.data.tokens.token_data import TokenData

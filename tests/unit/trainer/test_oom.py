@@ -7,9 +7,9 @@ from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
 from resilient_slurm.config import Config, ModelConfig
 from resilient_slurm.model import parallel
-from resilient_slurm.runtime.oom import StepOutOfMemory, inside_fsdp
-from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
-from resilient_slurm.runtime.step import StepRunner
+from resilient_slurm.trainer.oom import StepOutOfMemory, inside_fsdp
+from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
+from resilient_slurm.trainer.step import StepRunner
 from resilient_slurm.data.batches import Batch
 from tests.single_rank import one_rank
 

@@ -12,7 +12,8 @@ import torch
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
-from resilient_slurm.runtime import build
+from resilient_slurm.trainer import build
+from resilient_slurm.data.open import open_data
 from resilient_slurm.data.chat.dataset import resolve_path
 from resilient_slurm.model.pretrained import apply_pretrained
 from resilient_slurm.data.chat.tiny import conversations
@@ -69,7 +70,7 @@ def one_line_error(fn):
 
 def test_a_malformed_line_names_file_and_line(tmp_path):
     path = write(tmp_path / "chat.jsonl", list(conversations(300, seed=1)) + ['{"messages": [{"role": "user"}'])
-    message = one_line_error(lambda: build.open_data(config(tmp_path, path=path, val_samples=10), tmp_path, one_rank()))
+    message = one_line_error(lambda: open_data(config(tmp_path, path=path, val_samples=10), tmp_path, one_rank()))
     assert f"{path}:301" in message and "data.bad_lines=skip" in message
 
 
@@ -82,22 +83,22 @@ def test_a_tokenizer_without_a_chat_template_is_named(tmp_path):
     (tok / "tokenizer_config.json").write_text(json.dumps(body))
     cfg = config(tmp_path, path=write(tmp_path / "c.jsonl", conversations(50, seed=1)), tokenizer=str(tok),
                  val_samples=5)
-    assert "chat template" in one_line_error(lambda: build.open_data(cfg, tmp_path, one_rank()))
+    assert "chat template" in one_line_error(lambda: open_data(cfg, tmp_path, one_rank()))
 
 
 def test_a_vocabulary_the_model_cannot_embed_is_refused(tmp_path):
     cfg = config(tmp_path)
     cfg.model.vocab_size = 300  # the shipped tokenizer has 485 tokens
-    assert "vocabulary mismatch" in one_line_error(lambda: build.open_data(cfg, tmp_path, one_rank()))
+    assert "vocabulary mismatch" in one_line_error(lambda: open_data(cfg, tmp_path, one_rank()))
 
 
 def test_a_resume_against_changed_data_is_refused_naming_the_file(tmp_path):
     path = write(tmp_path / "chat.jsonl", conversations(50, seed=1))
     cfg = config(tmp_path, path=path, val_samples=5)
-    build.open_data(cfg, tmp_path, one_rank())  # the first start records the data
+    open_data(cfg, tmp_path, one_rank())  # the first start records the data
     assert RunDir(tmp_path).data_record.is_file()
     write(tmp_path / "chat.jsonl", conversations(51, seed=1))
-    assert path in one_line_error(lambda: build.open_data(cfg, tmp_path, one_rank()))
+    assert path in one_line_error(lambda: open_data(cfg, tmp_path, one_rank()))
 
 
 def test_a_missing_shard_of_the_pretrained_weights_is_named(pretrained, tmp_path):
@@ -112,7 +113,7 @@ def test_a_missing_shard_of_the_pretrained_weights_is_named(pretrained, tmp_path
 def test_a_lora_model_holds_its_base_in_bf16_trains_only_adapters_and_starts_as_its_base(pretrained, tmp_path):
     from resilient_slurm.checkpoint.state import capture_snapshot
     from resilient_slurm.checkpoint.train_state import TrainState
-    from resilient_slurm.runtime.optim import build_optimizer, build_scheduler
+    from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
 
     cfg = config(tmp_path, pretrained)
     cfg.model.lora.rank = 4

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from resilient_slurm.config import Config, DataConfig
-from resilient_slurm.runtime.evaluation import Evaluator, greedy_decode
+from resilient_slurm.trainer.evaluation import Evaluator, greedy_decode
 from resilient_slurm.data.chat.dataset import open_chat_data
 from resilient_slurm.model.decoder import plain_model
 from tests.single_rank import one_rank

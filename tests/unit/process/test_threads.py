@@ -3,7 +3,7 @@ OpenMP yields instead of spinning unless the user chose otherwise."""
 
 import pytest
 
-from resilient_slurm.runtime.threads import choose_threads, yield_when_idle
+from resilient_slurm.process.threads import choose_threads, yield_when_idle
 
 
 @pytest.mark.parametrize("configured, cpus, per_task, ranks, expected", [
