@@ -48,15 +48,19 @@ class StepRunner:
         comm: Comm,
         grad_clip: float,
         documents: bool = True,
+        counts_data: bool = True,
     ) -> None:
         """`documents`: rows hold several documents (the model keeps attention inside each); False:
-        each row is one causal sequence, and the model takes the plain causal kernel."""
+        each row is one causal sequence, and the model takes the plain causal kernel. `counts_data`:
+        this rank speaks for its data-parallel group in the world-wide sums of tokens and loss (the
+        other tensor and pipeline ranks of the group hold the same rows: counted once)."""
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.comm = comm
         self.grad_clip = grad_clip
         self.documents = documents
+        self.counts_data = counts_data
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.guard = OomGuard(model, comm)
 
@@ -70,8 +74,8 @@ class StepRunner:
         from a clean state; in the optimizer step the update may be half applied, and it cannot.
         """
         start = time.perf_counter()
-        local_targets = float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro_batches))
-        local_inputs = float(sum(b.input_ids.numel() for b in micro_batches))
+        local_targets = float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro_batches)) * self.counts_data
+        local_inputs = float(sum(b.input_ids.numel() for b in micro_batches)) * self.counts_data
         global_tokens, global_inputs = self.comm.sum_floats([local_targets, local_inputs])
         compute_start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
@@ -100,7 +104,7 @@ class StepRunner:
         except torch.OutOfMemoryError as e:
             error = describe(e)
         # The loss's all-reduce also counts the ranks whose update ran out: no collective more.
-        total_loss, ran_out = self.comm.sum_floats([float(loss_sum), 0.0 if error is None else 1.0])
+        total_loss, ran_out = self.comm.sum_floats([float(loss_sum) * self.counts_data, 0.0 if error is None else 1.0])
         if ran_out:
             raise self.guard.abandon("optimizer", error, agreed=True)
         self.scheduler.step()
