@@ -77,7 +77,8 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.steps)
         self.runner = StepRunner(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
-                                 documents=self.pipeline.documents, counts_data=place.counts_data)
+                                 documents=self.pipeline.documents, counts_data=place.counts_data,
+                                 vocab_parallel=self.mesh.tp is not None)
         self.sampler = self.pipeline.sampler
         self.session = Session(cfg, run_dir, comm, stop, events, model=self.model, optimizer=self.optimizer,
                                scheduler=self.scheduler, train_fields=self._train_fields,
@@ -95,7 +96,7 @@ class Trainer:
         self.faults.attach(self.model)
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.evaluator = Evaluator(cfg, self.model, comm, self.pipeline.data, self.sampler.micro_batch_size,
-                                   documents=self.pipeline.documents)
+                                   documents=self.pipeline.documents, place=place)
         self.benchmarks = SideEvaluations(cfg, run_dir, events, comm.rank)
         self.gave_up: str | None = None
 
@@ -211,7 +212,7 @@ class Trainer:
         if decision.action is Action.RETRY and decision.micro_batch is not None:
             s.set_micro_batch_size(decision.micro_batch)
             self.evaluator = Evaluator(cfg, self.model, self.comm, self.pipeline.data, s.micro_batch_size,
-                                       documents=self.pipeline.documents)
+                                       documents=self.pipeline.documents, place=self.mesh.position)
             if self.comm.rank == 0:
                 self.events.emit(ledger.OomRetry(
                     ranks=oom.ranks, error=error, old_micro_batch=old, new_micro_batch=s.micro_batch_size,
