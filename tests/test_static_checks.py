@@ -26,7 +26,7 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "data/chat/tiny.py", "export/hf_layout.py", "model/families.py", "data/chat/split.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",
         "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py", "export/peft_layout.py", "rundir/paths.py",
         "checkpoint/collectives.py", "monitor/heartbeats.py", "data/tokens/idx_format.py", "data/tokens/plan.py",
-        "data/tokens/position.py", "data/tokens/records.py", "data/tokens/tiny_corpus.py", "launch/command.py",
+        "data/tokens/position.py", "data/tokens/records.py", "replica/plan.py", "data/tokens/tiny_corpus.py", "launch/command.py",
         *(f"config/{m}.py" for m in ("checks", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",
                                      "tracking", "faults", "sweep", "schema", "overrides", "harness", "parallel"))]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "mlflow", "submitit",
@@ -111,7 +111,7 @@ def test_the_package_root_stays_small_and_every_sub_package_has_its_map():
 
 # The package's floors, from the ground up: a module imports only from its own floor or those below.
 FLOORS = ["exit_codes", "errors", "files", "console", "process", "config", "ledger", "recovery", "slurm", "rundir", "health",
-          "monitor", "tracking", "analysis", "checkpoint", "session", "model", "parallel", "data", "export", "evaluate", "trainer",
+          "monitor", "tracking", "analysis", "checkpoint", "replica", "session", "model", "parallel", "data", "export", "evaluate", "trainer",
           "runtime", "api", "supervise", "launch", "sweep",
           "simulate", "report", "compare"]
 # Re-exports at old paths that queued Slurm jobs' pickles name: they point up on purpose.

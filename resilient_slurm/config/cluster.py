@@ -53,6 +53,21 @@ class ClusterConfig:
     without it, the replacement's process starts after the failure."""
     rejoin_timeout_s: float = 120.0
     """How long a surviving rank waits for the driver's word before it exits as any failed rank does."""
+    replica_ft: bool = False
+    """Per-step fault tolerance across the HSDP replica groups (parallel.dp_replicate >= 2): each group
+    is a process group of its own, a quorum of the live groups is formed before every step, and the
+    gradients are summed over those groups only. A failure stops only its group: the others finish
+    the step without it, taking its micro-batches as extra accumulation (the global batch and the
+    data stay the same), and the lost group is replaced (on a spare with Slurm) and heals from a
+    live group over the network. Needs the built-in trainer."""
+    replica_min: int = 1
+    """Fewest live replica groups the run trains on; below it every process restarts (from the
+    newest checkpoint), as without replica_ft."""
+    replica_timeout_s: float = 30.0
+    """How long the live groups wait for a group that is still alive but late (a hang, a straggler)
+    at the quorum or in the cross-group reduction before they go on without it. A group whose
+    processes died is left after a few seconds (its heartbeat stops), whatever this says."""
+    """How long a surviving rank waits for the driver's word before it exits as any failed rank does."""
     tasks_per_node: int = 1
     """One task per rank: with GPUs, set it to gpus_per_node."""
     gpus_per_node: int = 0
@@ -113,6 +128,11 @@ class ClusterConfig:
         p.need(k.gpus_per_node >= 0, f"cluster.gpus_per_node: {k.gpus_per_node}; set it >= 0")
         p.need(k.backend in ("auto", "gloo", "nccl"), f"cluster.backend: {k.backend!r}; use auto, gloo or nccl")
         p.need(k.collective_timeout_s > 0, f"cluster.collective_timeout_s: {k.collective_timeout_s}; set it > 0")
+        p.need(k.replica_min >= 1, f"cluster.replica_min: {k.replica_min}; set it to 1 or more")
+        p.need(k.replica_timeout_s > 0, f"cluster.replica_timeout_s: {k.replica_timeout_s}; set it > 0")
+        p.need(not (k.replica_ft and k.elastic.min_nodes),
+               "cluster.replica_ft: a run with replica groups does not shrink (cluster.elastic.min_nodes): a lost "
+               "group is replaced, or the run trains on without it; set cluster.elastic.min_nodes=0")
         return p
 
 
@@ -127,5 +147,6 @@ def min_nodes(cluster: ClusterConfig) -> int:
 
 
 def driven(cluster: ClusterConfig) -> bool:
-    """The job's driver runs training as job steps and restarts it inside the allocation."""
-    return cluster.spare_nodes > 0 or cluster.elastic.min_nodes > 0
+    """The job's driver runs training as job steps and restarts it inside the allocation (with
+    replica groups: one job step per group)."""
+    return cluster.spare_nodes > 0 or cluster.elastic.min_nodes > 0 or (cluster.replica_ft and cluster.kind == "slurm")

@@ -87,6 +87,7 @@ def validate(cfg: Config) -> list[str]:
     p.extend_new(t.problems())
     p.extend_new(cfg.checkpoint.problems())
     p.extend_new(cfg.cluster.problems())
+    p.extend_new(replica_problems(cfg))
     p.extend_new(shrinkable(cfg))
     p.extend_new(timeouts(cfg))
     for section in (cfg.health, cfg.monitor, cfg.tracking, cfg.eval):
@@ -178,6 +179,32 @@ def timeouts(cfg: Config) -> list[str]:
            f"cluster.collective_timeout_s: {k.collective_timeout_s:g} s is not below cluster.signal_lead_s="
            f"{k.signal_lead_s} s, so a collective stuck at the time-limit warning could outlast it and the job be "
            f"killed before its emergency save; lower it (or raise the signal lead)")
+    return p
+
+
+def replica_problems(cfg: Config) -> list[str]:
+    """`cluster.replica_ft`: replica groups to fail over between, at least `replica_min` of them, the
+    built-in trainer (it moves a lost group's micro-batches to the live ones), and, with Slurm, whole
+    nodes per group (a group's job step runs on its own nodes)."""
+    k, par = cfg.cluster, cfg.parallel
+    p = Problems()
+    if not k.replica_ft:
+        return p
+    p.need(par.dp_replicate >= 2,
+           f"cluster.replica_ft: needs parallel.dp_replicate >= 2 (replica groups to fail over between), and it is "
+           f"{par.dp_replicate}; set parallel.dp_replicate=2 or more, or cluster.replica_ft=false")
+    p.need(k.replica_min <= par.dp_replicate,
+           f"cluster.replica_min: {k.replica_min} is above parallel.dp_replicate={par.dp_replicate}, so no quorum could "
+           f"ever form; set it between 1 and {par.dp_replicate}")
+    p.need(not cfg.entry,
+           "cluster.replica_ft: needs the built-in trainer, which gives a lost group's micro-batches to the live "
+           "groups; a user's loop (entry=) cannot; set cluster.replica_ft=false")
+    p.need(par.pp == 1,
+           f"cluster.replica_ft: not with pipeline parallelism yet (parallel.pp={par.pp}); set parallel.pp=1 or "
+           f"cluster.replica_ft=false")
+    p.need(k.kind != "slurm" or k.nodes % max(par.dp_replicate, 1) == 0,
+           f"cluster.nodes: {k.nodes} node(s) do not split into parallel.dp_replicate={par.dp_replicate} replica groups "
+           f"of whole nodes (each group is a job step of its own); use a multiple of {par.dp_replicate} nodes")
     return p
 
 

@@ -128,14 +128,15 @@ class PackedBatchSampler:
         self.micro_batch_size = micro
         self.accumulation = self.cfg.global_batch_size // (micro * self.world_size)
 
-    def rank_indices(self, global_indices: list[int]) -> list[list[int]]:
-        return rank_micro_batches(global_indices, self.micro_batch_size, self.world_size, self.rank,
-                                  self.accumulation)
+    def rank_indices(self, global_indices: list[int], rank: int | None = None) -> list[list[int]]:
+        return rank_micro_batches(global_indices, self.micro_batch_size, self.world_size,
+                                  self.rank if rank is None else rank, self.accumulation)
 
-    def batch_at(self, position: int) -> list[Batch]:
-        """This rank's micro-batches of the global batch at stream `position`."""
+    def batch_at(self, position: int, rank: int | None = None) -> list[Batch]:
+        """This rank's micro-batches of the global batch at stream `position` (or data-parallel rank
+        `rank`'s: a replica group computing a missing group's share)."""
         global_indices = self.stream.indices(position, self.cfg.global_batch_size)
-        return [self.rows.batch(micro) for micro in self.rank_indices(global_indices)]
+        return [self.rows.batch(micro) for micro in self.rank_indices(global_indices, rank)]
 
     def next_batch(self) -> list[Batch]:
         """This rank's micro-batches of the next global batch, and advance the position."""

@@ -11,6 +11,7 @@ Modules:
     launch_events   submitted, attempt, start, data ready and phases, resume, config adjusted [pure]
     save_events     saves, their failures, emergency plans, retention, copies, the interval   [pure]
     fault_events    anomalies, rollbacks, signals, forced exits, crashes, OOM, hangs, restarts [pure]
+    replica_events  a replica group's leave, heal and join; a refusal to go on without one    [pure]
     sweep_events    a search's study ledger and a trial's own                                 [pure]
     eval_events     benchmark evaluations beside training: launched, done, failed             [pure]
     log             the writer (EventLog) and the readers (read_events, read_new_events, select)
@@ -71,6 +72,7 @@ from resilient_slurm.ledger.fault_events import (
     RankExit,
     RanksKilled,
 )
+from resilient_slurm.ledger.replica_events import ReplicaHeal, ReplicaJoin, ReplicaLeave, ReplicaRefused
 from resilient_slurm.ledger.sweep_events import (
     ConfigChanged,
     Paused,
@@ -106,7 +108,7 @@ __all__ = [
     "ConfigAdjusted", "ConfigChanged", "Crash", "DataPhase", "DataReady", "Details", "SourceEpoch", "SourceExhausted", "EmergencyPlan", "EvalDone", "EvalFailed", "EvalLaunched", "Event", "EventLog",
     "Exploit", "Explore", "Exported", "FAILURES", "Finish", "ForcedExit", "GaveUp", "Hang", "HostOom", "PeerLost", "Kind", "MemorySave", "LEDGER_FILE",
     "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "Requeue",
-    "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",
+    "ReplicaHeal", "ReplicaJoin", "ReplicaLeave", "ReplicaRefused", "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",
     "SaveSkipped", "Signal", "StacksDumped", "Start", "Stop", "Submitted", "SweepStarted", "TrialFailed",
     "TrialFinished", "TrialLaunched", "TrialPaused", "TrialPromoted", "TrialPruned", "Unknown", "parse",
     "read_events", "read_jsonl", "read_new_events", "select",

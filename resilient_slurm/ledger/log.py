@@ -16,7 +16,8 @@ from typing import Any, Generic, TypeVar
 
 from resilient_slurm.files import utc_stamp
 # Imported for their side effect: every kind's class must exist before CATALOG is built from them.
-from resilient_slurm.ledger import eval_events, fault_events, launch_events, save_events, sweep_events  # noqa: F401
+from resilient_slurm.ledger import (  # noqa: F401
+    eval_events, fault_events, launch_events, replica_events, save_events, sweep_events)
 from resilient_slurm.ledger.kinds import Details, Kind
 
 LEDGER_FILE = "events.jsonl"

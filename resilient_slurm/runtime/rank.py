@@ -13,6 +13,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from resilient_slurm.errors import InputError
 from resilient_slurm.session.session import RunOutcome
 from resilient_slurm.process.signals import StopRequest, install_stop_handlers
 from resilient_slurm.process.threads import rank_threads
+from resilient_slurm.replica.plan import place_from_env
 
 log = logging.getLogger("resilient_slurm")
 
@@ -49,12 +51,15 @@ def run(
     """
     stop = stop or install_stop_handlers()
     me: RankInfo = info or RankInfo.from_env()
+    if cfg.cluster.replica_ft and me.replica is None:  # this process group is one replica group's
+        me = replace(me, replica=place_from_env(os.environ, cfg.parallel.dp_replicate, me.world_size))
     if cfg.train.deterministic:
         # cuBLAS is only deterministic with a fixed workspace, and torch refuses it in deterministic
         # mode without one; set before the first matmul creates the handle. No effect on the CPU.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    events = EventLog(RunDir(run_dir).events, rank=me.rank, context=context)
-    setup_logging(run_dir, me.rank)
+    named = me.rank if me.replica is None else me.replica.global_rank(me.rank)
+    events = EventLog(RunDir(run_dir).events, rank=named, context=context)
+    setup_logging(run_dir, named)
     threads = rank_threads(cfg.train.threads, int(os.environ.get("LOCAL_WORLD_SIZE", me.world_size)))
     torch.set_num_threads(threads)
     if me.rank == 0:

@@ -19,6 +19,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from resilient_slurm.replica.plan import ReplicaPlace
+
 
 @dataclass(frozen=True)
 class RankInfo:
@@ -30,6 +32,9 @@ class RankInfo:
     node: str = ""
     """The node the rank runs on (a Slurm node name); empty: this machine's host name. A node-local
     checkpoint tier keeps its files per node."""
+    replica: ReplicaPlace | None = None
+    """With cluster.replica_ft: the rank's replica group, whose ranks alone make this process group
+    (`rank` and `world_size` are then the group's)."""
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> RankInfo:
@@ -64,12 +69,15 @@ class Comm:
         if self.backend == "nccl":
             self.device = torch.device("cuda", info.local_rank)
             torch.cuda.set_device(self.device)
+        self.replica = info.replica
+        self.store_addr, self.store_port = info.master_addr, info.master_port
         store: dist.Store
-        if self.world_size == 1:
+        if self.world_size == 1 and self.replica is None:
             store = dist.HashStore()
         else:
             # A store of our own per process group: a fresh rendezvous each time the job starts, so
-            # stale keys from an earlier attempt can never be picked up (seen with gloo restarts).
+            # stale keys from an earlier attempt can never be picked up (seen with gloo restarts). A
+            # replica group of one rank needs it too: the other groups meet on it (torchft).
             store = dist.TCPStore(
                 info.master_addr, info.master_port, info.world_size, is_master=info.rank == 0,
                 timeout=timedelta(seconds=timeout_s),
@@ -97,6 +105,8 @@ class Comm:
         self.device = torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
         self._mesh = None
         self.host_group = dist.new_group(backend="gloo") if self.distributed and self.backend != "gloo" else None
+        self.replica = None
+        self.store_addr, self.store_port = "", 0  # not known of a group another made; replica groups need ours
         self._owned = False
         self.setup_s = 0.0
         return self
@@ -109,6 +119,12 @@ class Comm:
         if self._mesh is None:
             self._mesh = init_device_mesh(self.device.type, (self.world_size,))
         return self._mesh
+
+    @property
+    def global_rank(self) -> int:
+        """The rank among every rank of the run: `rank` itself, unless this process group is one
+        replica group's (cluster.replica_ft). Logs, heartbeats and the ledger name ranks by it."""
+        return self.rank if self.replica is None else self.replica.global_rank(self.rank)
 
     @property
     def distributed(self) -> bool:

@@ -165,11 +165,18 @@ class Session:
         self.identity = read_identity(run_dir)
         self.checkpointer = Checkpointer(run_dir, cfg.checkpoint, cfg.cluster, comm, events)
         self.metrics = MetricsFile(self.paths.metrics) if comm.rank == 0 else None
-        self.tracker = open_tracker(cfg, run_dir, comm.rank)
-        self.watchdog = Watchdog(cfg.monitor, self.paths.logs, events, comm.rank, on_hang or (lambda s, r: None),
-                                 ExitCode.FAILED)
+        self.tracker = open_tracker(cfg, run_dir, comm.global_rank)
+        self.watchdog = Watchdog(cfg.monitor, self.paths.logs, events, comm.global_rank,
+                                 on_hang or (lambda s, r: None), ExitCode.FAILED)
         self.gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
-        self.heartbeat = Heartbeat.from_env(comm.rank, rejoin.generation())
+        self.heartbeat = Heartbeat.from_env(comm.global_rank, rejoin.generation())
+        replica = comm.replica
+        self.speaks = comm.rank == 0 and (replica is None or (replica.group == 0 and not replica.heal))
+        """This rank records the attempt itself (its start, resume, data): rank 0; with replica groups,
+        rank 0 of the first group, unless it is a replacement (the attempt began before it)."""
+        self.leads = True
+        """This rank's group writes the run's step records (metrics, saves, the finish): with replica
+        groups, the lowest live one, which the trainer sets at every quorum."""
         self.progress = Progress()
         self.tracked_through = -1
         self.stopped = False
@@ -230,7 +237,7 @@ class Session:
         # Every rank's pid: a rank the kernel's OOM killer takes is named by pid in its log.
         ranks = comm.all_gather_object((os.getpid(), os.uname().nodename, record.process_started(),
                                         getattr(comm, "setup_s", 0.0)))
-        if comm.rank == 0:
+        if self.speaks:
             log.info("run directory: %s", self.run_dir)
             self.events.emit(ledger.Start(world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
                                           process_started=ranks[0][2], pids=[r[0] for r in ranks],
@@ -282,9 +289,11 @@ class Session:
             self._restore(restored.train_state)
         self.checkpointer.restart_clock(step)
         self._last_end = time.perf_counter()
-        if self.metrics:
+        # With replica groups the groups may resume from different tiers: the first quorum agrees on
+        # the step (the behind heal), and the leading group truncates then.
+        if self.metrics and self.comm.replica is None:
             self.metrics.truncate_after(step)
-        if restored is not None and self.comm.rank == 0:
+        if restored is not None and self.speaks:
             self.events.emit(ledger.Resume(checkpoint=str(restored.path), has_optimizer=restored.has_optimizer,
                                            source=restored.source, saved_world_size=restored.saved_world_size,
                                            seconds=round(load_s, 3)), step)
@@ -302,7 +311,7 @@ class Session:
                                                refusal=self.refusal)
         except (CheckpointRefused, MemoryTierTooSmall) as e:
             raise InputError(str(e)) from None
-        if self.comm.rank == 0:
+        if self.speaks:
             for path, reason in outcome.skipped:
                 self.events.emit(ledger.CheckpointSkipped(path=str(path), reason=reason), None)
         if outcome.restored is None:
@@ -315,6 +324,13 @@ class Session:
                                        "checkpoint is left to fall back on; launch again to start fresh")
                 self.reinitialise()
         return outcome.restored
+
+    def adopt(self, ts: TrainState) -> None:
+        """Where a state that came from elsewhere stands (a replica group healed from a live one):
+        progress, data position and the save clock, as a resume from it would set them."""
+        self._restore(ts)
+        self.checkpointer.restart_clock(ts.step)
+        self._last_end = time.perf_counter()
 
     def _restore(self, ts: TrainState) -> None:
         self.progress = Progress(ts.step, ts.tokens_seen, ts.train_seconds)
@@ -336,7 +352,7 @@ class Session:
         # time since the last step ended.
         row.setdefault("step_seconds", time.perf_counter() - self._last_end)
         self._pending_tokens = int(row.get("tokens", 0) or 0)
-        if self.metrics:
+        if self.metrics and self.leads:
             self.metrics.append(row)
         self.tracker.log(step, row)
 
@@ -355,10 +371,12 @@ class Session:
         self.watchdog.beat(step, step_s)
         self.heartbeat.beat(step)
 
-    def sync(self, step: int, compute_s: float = 0.0, wait_s: float = 0.0) -> StepSync:
-        """The step's one all-reduce: every rank learns whether any rank must stop."""
+    def sync(self, step: int, compute_s: float = 0.0, wait_s: float = 0.0, stop: bool | None = None) -> StepSync:
+        """The step's one all-reduce: every rank learns whether any rank must stop. `stop`: what this
+        rank says instead of its own stop request (the replica groups' agreed flag)."""
         c = self.comm
-        values = StepSync.encode(self.stop.requested, c.rank == 0 and self.checkpointer.time_due(), c.rank,
+        asked = self.stop.requested if stop is None else stop
+        values = StepSync.encode(asked, c.rank == 0 and self.checkpointer.time_due(), c.rank,
                                  c.world_size, compute_s, wait_s)
         return StepSync.decode(c.sum_floats(values), c.world_size)
 
@@ -373,11 +391,15 @@ class Session:
         reason = self.checkpointer.step_reason(step) or ("time" if sync.save_time_due else None)
         if reason and not final:
             self.save(step, reason)
-        if self.checkpointer.memory_due(step) and not final:
+        if self.checkpointer.memory_due(step) and not final and self.leads:
             self.checkpointer.save_memory(step, self.snapshot("memory"))
         return False
 
     def save(self, step: int, reason: str) -> None:
+        """Every rank of the process group, at the same step; with replica groups, only the leading
+        group saves (the others hold the same state)."""
+        if not self.leads:
+            return
         self.announce("save")
         self.checkpointer.save(step, self.snapshot(reason), reason)
         self.heartbeat.beat(step)
@@ -391,14 +413,14 @@ class Session:
         """The loop ended without a stop: the final save (`checkpoint.save_final`), then `with_final`
         (the trainer's export of it), every step final, and the `finish` event last."""
         step = self.progress.step
-        if self.cfg.checkpoint.save_final:
+        if self.cfg.checkpoint.save_final and self.leads:
             self.save(step, "final")
             self.checkpointer.collect(step)  # a node-local tier: all of it on rank 0's node
             if with_final is not None:
                 with_final()
         self.tracker.commit(step)
         self.finished = True
-        if self.comm.rank == 0:
+        if self.comm.rank == 0 and self.leads:
             self.events.emit(ledger.Finish(tokens_seen=self.progress.tokens_seen), step)
             log.info("finished at step %d; run directory: %s", step, self.run_dir)
 
@@ -408,7 +430,7 @@ class Session:
         self.watchdog.beat(step, None)
         self.tracker.rewind(step)
         self.tracked_through = min(self.tracked_through, step)
-        if self.metrics:
+        if self.metrics and self.leads:
             self.metrics.truncate_after(step)
 
     def commit(self) -> None:
@@ -433,10 +455,10 @@ class Session:
                              step)
         self.announce("save")
         result = self.checkpointer.emergency_save(step, self.snapshot("emergency"), self.stop.signal_name,
-                                                  self.stop.received_at)
+                                                  self.stop.received_at) if self.leads else None
         self.commit()
         self.stopped = True
-        if self.comm.rank == 0:
+        if self.comm.rank == 0 and self.leads:
             why = self.stop.reason or self.stop.signal_name or "stop requested"
             self.events.emit(ledger.Stop(reason=why, checkpoint=str(result.path) if result else None,
                                          data=where_it_stands(self.train_fields())), step)

@@ -8,6 +8,12 @@ backward, so no rank ever holds a whole gradient; the accumulation happens in th
 gradients. Clipping uses the global norm of the sharded gradients, over every mesh (parallel/clip.py).
 Under tensor parallelism the logits stay sharded on the vocabulary and the loss and its backward run
 under `loss_parallel`; the TP ranks of a data-parallel group compute the same loss, counted once.
+
+With replica groups (cluster.replica_ft) the process group is one group's, and what the step adds
+up over the run is added over the live groups too (`replica.sums`): the token counts before the
+first forward, the gradients and the loss after the last backward, and the stop flag with them (so
+every group stops at the same step). A reduction that failed (a group died or hung in it) makes the
+step `NotCommitted`: nothing was updated, and the trainer does it again under the next quorum.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from resilient_slurm.trainer.oom import OomGuard, PeerOutOfMemory, describe, ins
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
 from resilient_slurm.parallel.clip import clip_grad_norm
+from resilient_slurm.replica import sums
+from resilient_slurm.replica.engine import Replicas
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,13 @@ class StepResult:
     compute_s: float
     """This rank's own forward and backward, between the collectives: where a slow GPU shows (the
     collectives make every rank wait for the slowest, so the whole step time cannot tell which)."""
+    stop: bool = False
+    """With replica groups: whether a rank of any live group asked to stop (agreed by all of them)."""
+
+
+class NotCommitted(Exception):
+    """A reduction over the replica groups failed in this step: nothing was updated, and the step is
+    done again, from the same data, under the next quorum."""
 
 
 class StepRunner:
@@ -54,12 +69,14 @@ class StepRunner:
         documents: bool = True,
         counts_data: bool = True,
         vocab_parallel: bool = False,
+        replicas: Replicas | None = None,
     ) -> None:
         """`documents`: rows hold several documents (the model keeps attention inside each); False:
         each row is one causal sequence, and the model takes the plain causal kernel. `counts_data`:
         this rank speaks for its data-parallel group in the world-wide sums of tokens and loss (the
         other tensor and pipeline ranks of the group hold the same rows: counted once).
-        `vocab_parallel`: the model's logits are sharded on the vocabulary (tensor parallelism)."""
+        `vocab_parallel`: the model's logits are sharded on the vocabulary (tensor parallelism).
+        `replicas`: the live replica groups the step's sums span besides this process group."""
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -70,11 +87,13 @@ class StepRunner:
         self.vocab_parallel = vocab_parallel
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.guard = OomGuard(model, comm)
+        self.replicas = replicas
 
     def step(self, micro_batches: list[Batch], poison: bool = False,
-             progress: Callable[[], None] | None = None) -> StepResult:
+             progress: Callable[[], None] | None = None, stop: bool = False) -> StepResult:
         """One optimizer step. `poison` (fault injection) makes the loss NaN, like a bad batch does;
-        `progress` is called after each micro-batch's backward (the rank's heartbeat).
+        `progress` is called after each micro-batch's backward (the rank's heartbeat); `stop`: this
+        rank was asked to stop (with replica groups, agreed over them in the result).
 
         When any rank runs out of memory, every rank raises StepOutOfMemory (runtime/oom.py) with the
         step's memory freed: in the forward/backward nothing was updated, so the step can be redone,
@@ -83,7 +102,10 @@ class StepRunner:
         start = time.perf_counter()
         local_targets = float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro_batches)) * self.counts_data
         local_inputs = float(sum(b.input_ids.numel() for b in micro_batches)) * self.counts_data
-        global_tokens, global_inputs = self.comm.sum_floats([local_targets, local_inputs])
+        if self.replicas is None:
+            global_tokens, global_inputs = self.comm.sum_floats([local_targets, local_inputs])
+        else:
+            global_tokens, global_inputs = self._counts_over_groups(local_targets, local_inputs)
         compute_start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.train()
@@ -99,9 +121,14 @@ class StepRunner:
         except PeerOutOfMemory:
             peer = True
         if error is not None or peer:
+            if self.replicas is not None:
+                self.replicas.abandon("out of device memory")
             # Out of the handler: the error's traceback, and the activations its frames hold, are gone.
             raise self.guard.abandon("forward/backward", error, agreed=False)
         compute_s = time.perf_counter() - compute_start
+        counted = float(loss_sum) * self.counts_data
+        if self.replicas is not None:
+            counted, stop = self._gradients_over_groups(counted, stop)
         max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
         grad_norm = clip_grad_norm(self.params, max_norm)
         lr = self.optimizer.param_groups[0]["lr"]
@@ -110,15 +137,36 @@ class StepRunner:
         except torch.OutOfMemoryError as e:
             error = describe(e)
         # The loss's all-reduce also counts the ranks whose update ran out: no collective more.
-        total_loss, ran_out = self.comm.sum_floats([float(loss_sum) * self.counts_data, 0.0 if error is None else 1.0])
+        total_loss, ran_out = self.comm.sum_floats([counted, 0.0 if error is None else 1.0])
         if ran_out:
             raise self.guard.abandon("optimizer", error, agreed=True)
         self.scheduler.step()
         return StepResult(
             loss=total_loss / max(global_tokens, 1.0), grad_norm=grad_norm, lr=lr,
             tokens=int(global_inputs), target_tokens=int(global_tokens), seconds=time.perf_counter() - start,
-            compute_s=compute_s,
+            compute_s=compute_s, stop=stop,
         )
+
+    def _counts_over_groups(self, targets: float, inputs: float) -> tuple[float, float]:
+        """The global batch's token counts: this rank's summed over the groups, then over this group
+        (with whether any rank's reduction failed, so that the whole group drops the step together)."""
+        assert self.replicas is not None
+        over = sums.sum_floats(self.replicas, [targets, inputs])
+        total_targets, total_inputs, failed = self.comm.sum_floats([*over, float(self.replicas.errored())])
+        if failed:
+            self.replicas.commit()  # says no: the whole group asks, as every step must
+            raise NotCommitted("a replica group's reduction failed before the forward")
+        return total_targets, total_inputs
+
+    def _gradients_over_groups(self, loss_sum: float, stop: bool) -> tuple[float, bool]:
+        """The gradients, the loss and the stop flag summed over the live groups; the step committed
+        (every rank of the group agrees) or dropped."""
+        assert self.replicas is not None
+        sums.sum_gradients(self.replicas, self.params)
+        loss, stops = sums.sum_floats(self.replicas, [loss_sum, float(stop)])
+        if not self.replicas.commit():
+            raise NotCommitted("a replica group's reduction failed after the backward")
+        return loss, stops > 0
 
     def _forward_backward(self, micro_batches: list[Batch], global_tokens: float, poison: bool,
                           progress: Callable[[], None] | None) -> torch.Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +43,25 @@ from resilient_slurm.trainer.oom import StepOutOfMemory, rss_bytes
 from resilient_slurm.trainer.optim import apply_hyperparameters, build_optimizer, build_scheduler
 from resilient_slurm.session.session import Session, StepSync
 from resilient_slurm.process.signals import StopRequest
-from resilient_slurm.trainer.step import StepResult, StepRunner
+from resilient_slurm.trainer.replicated import ReplicaSteps, open_replicas
+from resilient_slurm.trainer.step import NotCommitted, StepResult, StepRunner
+from resilient_slurm.replica import heal
+from resilient_slurm.replica.engine import Replicas
 from resilient_slurm.tracking import Table
 
 log = logging.getLogger("resilient_slurm")
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A step computed and applied, with its timings."""
+
+    step: int
+    result: StepResult
+    start: float
+    before_train: float
+    wait: float
+    position: int
 
 
 @dataclass(frozen=True)
@@ -63,12 +78,15 @@ class Trainer:
         self.cfg, self.run_dir, self.comm, self.events = cfg, run_dir, comm, events
         t = cfg.train
         torch.use_deterministic_algorithms(t.deterministic)
-        laid_out = resolve(cfg.parallel, comm.world_size)
+        replica = comm.replica
+        # With replica groups this process group is one group: its mesh has no replicated axis.
+        laid_out = resolve(cfg.parallel if replica is None else replace(cfg.parallel, dp_replicate=1), comm.world_size)
         if isinstance(laid_out, str):  # an elastic shrink to a world size the fixed degrees do not divide
             raise InputError(laid_out)
         self.mesh = ParallelMesh(laid_out, comm.device.type, comm.rank)
         place = self.mesh.position
-        self.pipeline = open_pipeline(cfg, run_dir, comm, place.dp_rank, place.dp_size)
+        groups, group = (1, 0) if replica is None else (replica.groups, replica.group)
+        self.pipeline = open_pipeline(cfg, run_dir, comm, group * place.dp_size + place.dp_rank, groups * place.dp_size)
         self.steps = train_steps(cfg)
         """The run's length: train.max_steps, or the steps train.max_tokens takes."""
         self.model = build.build_model(cfg, comm, self.mesh)
@@ -76,9 +94,11 @@ class Trainer:
         """A LoRA run's base model (path, identity): recorded in its checkpoints, checked on resume."""
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.steps)
+        self.replicas: Replicas | None = None if replica is None else open_replicas(
+            cfg, comm, replica, (self._heal_payload, self._heal))
         self.runner = StepRunner(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
                                  documents=self.pipeline.documents, counts_data=place.counts_data,
-                                 vocab_parallel=self.mesh.tp is not None)
+                                 vocab_parallel=self.mesh.tp is not None, replicas=self.replicas)
         self.sampler = self.pipeline.sampler
         self.session = Session(cfg, run_dir, comm, stop, events, model=self.model, optimizer=self.optimizer,
                                scheduler=self.scheduler, train_fields=self._train_fields,
@@ -99,6 +119,13 @@ class Trainer:
                                    documents=self.pipeline.documents, place=place)
         self.benchmarks = SideEvaluations(cfg, run_dir, events, comm.rank)
         self.gave_up: str | None = None
+        self.replicated = None if self.replicas is None else ReplicaSteps(
+            cfg, self.replicas, self.session, events, comm.rank, place.dp_size, place.dp_rank)
+
+    @property
+    def writes(self) -> bool:
+        """This rank writes the run's records: rank 0 (of the lowest live replica group)."""
+        return self.comm.rank == 0 and self.session.leads
 
     @property
     def step(self) -> int:
@@ -109,11 +136,14 @@ class Trainer:
         if comm.rank == 0:
             self._describe()
         s.start(data=self.pipeline.record())
-        if comm.rank == 0:
+        if s.speaks:
             self.events.emit(self.pipeline.ready(), 0)
-        restored = s.resume()
-        if restored is not None:
-            self._restore(restored)
+        if comm.replica is None or not comm.replica.heal:  # a replacement group heals from a live one instead
+            restored = s.resume()
+            if restored is not None:
+                self._restore(restored)
+            if self.replicas is not None:
+                self.replicas.set_step(self.step)
         while self.step < self.steps:
             if 0 < cfg.train.pause_at_step <= self.step:
                 return self._pause()
@@ -141,27 +171,21 @@ class Trainer:
 
     def _step(self) -> StepOutcome:
         """One step, then its consequences in order: anomaly, stop request, save policy."""
-        cfg, s = self.cfg, self.session
-        step = self.step + 1
-        start = time.perf_counter()
-        position = self.sampler.state.samples_consumed
+        s = self.session
         try:
-            batch = self.sampler.next_batch()
+            done = self._compute() if self.replicated is None else self._compute_replicated()
         except SourceExhausted as e:  # data.on_exhausted=stop: the run ends, finished, at the last full step
-            if self.comm.rank == 0:
+            if self.writes:
                 self.events.emit(ledger.SourceExhausted(source=e.source, sequences=e.position), self.step)
                 log.info("source %s is used up (data.on_exhausted=stop): finishing at step %d", e.source, self.step)
             s.finish(with_final=self._export)
             return StepOutcome(ExitCode.DONE)
-        wait = time.perf_counter() - start
-        self.faults.before_step(step, self.sampler.micro_batch_size)
-        poison = self.faults.poisons(step, position, cfg.data.global_batch_size)
-        before_train = time.perf_counter()
-        result = self._train(step, position, batch, poison)
-        if result is None:
+        if done is None:
             return StepOutcome(ExitCode.GAVE_UP)
+        step, result, start, wait, position = done.step, done.result, done.start, done.wait, done.position
         step_s = time.perf_counter() - start
-        synced = s.sync(step, before_train - start + result.compute_s, wait)
+        synced = s.sync(step, done.before_train - start + result.compute_s, wait,
+                        stop=None if self.replicated is None else result.stop)
         s.advance(step, result.tokens, step_s)
         self._log(step, result, step_s, wait, position)
         s.commit()  # a background save may have committed since the last step
@@ -174,6 +198,56 @@ class Trainer:
         if self.benchmarks.due(step) and step < self.steps:
             self._benchmark(step)
         return StepOutcome()
+
+    def _compute(self) -> Computed | None:
+        """The next step on this process group's ranks alone; None: it cannot be done (out of memory)."""
+        step = self.step + 1
+        start = time.perf_counter()
+        position = self.sampler.state.samples_consumed
+        batch = self.sampler.next_batch()
+        wait = time.perf_counter() - start
+        self.faults.before_step(step, self.sampler.micro_batch_size)
+        poison = self.faults.poisons(step, position, self.cfg.data.global_batch_size)
+        before_train = time.perf_counter()
+        result = self._train(step, position, batch, poison)
+        return None if result is None else Computed(step, result, start, before_train, wait, position)
+
+    def _compute_replicated(self) -> Computed | None:
+        """The next step over the live replica groups: a quorum (which may heal this group), this
+        group's share of the batch, the step; done again under a new quorum until it commits."""
+        assert self.replicated is not None
+        while True:
+            self.replicated.quorum()
+            step = self.step + 1
+            start = time.perf_counter()
+            position = self.sampler.state.samples_consumed
+            batch = self.replicated.batch(self.sampler, position)
+            wait = time.perf_counter() - start
+            self.faults.before_step(step, self.sampler.micro_batch_size)
+            poison = self.faults.poisons(step, position, self.cfg.data.global_batch_size)
+            before_train = time.perf_counter()
+            try:
+                result = self.runner.step(batch, poison=poison, stop=self.session.stop.requested,
+                                          progress=lambda: self.session.heartbeat.beat(step, "micro_batch"))
+            except NotCommitted as e:
+                log.warning("step %d dropped: %s; doing it again", step, e)
+                continue
+            except StepOutOfMemory as oom:
+                if not self._out_of_memory(step, oom):
+                    return None
+                continue
+            self.sampler.state.samples_consumed = position + self.cfg.data.global_batch_size
+            self.replicated.committed(step)
+            return Computed(step, result, start, before_train, wait, position)
+
+    def _heal_payload(self) -> dict[str, Any]:
+        return heal.payload(self.session.snapshot("heal"))
+
+    def _heal(self, received: dict[str, Any]) -> None:
+        """A live group's state, into this group's objects (a replacement's first quorum)."""
+        installed = heal.install(received, self.model, self.optimizer, self.scheduler)
+        self.session.adopt(installed.train_state)
+        self._restore(installed.train_state)
 
     def _benchmark(self, step: int) -> None:
         """`eval.harness`: the checkpoint of `step` is evaluated by a job of its own while training
@@ -238,7 +312,7 @@ class Trainer:
                                self.cfg.monitor.max_rollbacks)
         for f in findings:
             # A rank's own measurements (GPU, memory) each rank records; the rest, the same everywhere, rank 0.
-            if self.comm.rank == 0 or f.local:
+            if self.writes or f.local:
                 acts = f.kind in self.cfg.monitor.rollback_on
                 self.events.emit(ledger.Anomaly(kind=f.kind, message=f.message, evidence=f.evidence,
                                                 action=decision.action if acts else Action.REPORT), step)
@@ -247,7 +321,7 @@ class Trainer:
             return StepOutcome(rolled_back=True)
         if decision.action is Action.GIVE_UP:
             self.gave_up = decision.reason
-            if self.comm.rank == 0:
+            if self.writes:
                 self.events.emit(ledger.GaveUp(reason=decision.reason), step)
                 log.error("giving up: %s", decision.reason)
             return StepOutcome(ExitCode.GAVE_UP)
@@ -279,7 +353,7 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] *= cfg.monitor.rollback_lr_factor
         s.rewind(restored_step)
-        if comm.rank == 0:
+        if self.writes:
             self.events.emit(ledger.Rollback(
                 reason=reason, anomaly_step=anomaly_step, checkpoint=checkpoint,
                 skipped_batches=skip, skipped_positions=[first, first + skip * g],
@@ -297,7 +371,7 @@ class Trainer:
 
     def _restore(self, ts: TrainState) -> None:
         for event in self.pipeline.restore(ts):
-            if self.comm.rank == 0:
+            if self.session.speaks:
                 self.events.emit(event, ts.step)
         if ts.config_hash != self.session.identity["config_hash"]:
             # Saved before a recorded config change (launch.prepare.AllowedChange), or by another run (a PBT
@@ -318,7 +392,7 @@ class Trainer:
 
     def _log(self, step: int, r: StepResult, step_s: float, wait_s: float, position: int) -> None:
         data_row, crossed = self.pipeline.advanced(position, self.sampler.state.samples_consumed)
-        if self.comm.rank == 0:
+        if self.writes:
             for event in crossed:
                 self.events.emit(event, step)
         row = {
@@ -352,7 +426,7 @@ class Trainer:
         """Rank 0 writes the finished model to `hf/` from the final checkpoint, streaming: in Hugging
         Face layout (bf16), or a LoRA run's PEFT adapter (fp32); a finish that runs again replaces it."""
         path = self.session.checkpointer.root / layout.step_dir_name(self.step)
-        if self.comm.rank != 0 or not (path / layout.MANIFEST).is_file():
+        if not self.writes or not (path / layout.MANIFEST).is_file():
             return
         out = self.session.paths.hf
         self.session.announce("export")
@@ -369,7 +443,7 @@ class Trainer:
         run again resumes here. A search pauses trials this way (ASHA rungs, PBT generations)."""
         step, s = self.step, self.session
         s.save(step, "pause")
-        if self.comm.rank == 0:
+        if self.writes:
             self.events.emit(ledger.Paused(saved=s.checkpointer.committed_step == step), step)
             log.info("paused at step %d (train.pause_at_step); launch again to continue", step)
         return ExitCode.RESUME

@@ -141,12 +141,12 @@ class TokenBatchSampler:
         self.micro_batch_size = micro
         self.accumulation = self.cfg.global_batch_size // (micro * self.world_size)
 
-    def batch_at(self, position: int) -> list[Batch]:
-        """This rank's micro-batches of the global batch at `position` (SourceExhausted when
-        data.on_exhausted=stop and a source has nothing left for it)."""
+    def batch_at(self, position: int, rank: int | None = None) -> list[Batch]:
+        """This rank's micro-batches of the global batch at `position`, or data-parallel rank
+        `rank`'s (SourceExhausted when data.on_exhausted=stop and a source has nothing left for it)."""
         picks = self.stream.picks(position, self.cfg.global_batch_size)
-        mine = rank_micro_batches(list(range(len(picks))), self.micro_batch_size, self.world_size, self.rank,
-                                  self.accumulation)
+        mine = rank_micro_batches(list(range(len(picks))), self.micro_batch_size, self.world_size,
+                                  self.rank if rank is None else rank, self.accumulation)
         return [windows_batch(self.orders, [picks[i] for i in micro], self.cfg.document_mask) for micro in mine]
 
     def next_batch(self) -> list[Batch]:

@@ -82,6 +82,13 @@ MISTAKES = [
                                          "raise train.max_steps"),
     (["-m", T, "optim.lr=1e-4,abc"], CE + "optim.lr: Value 'abc' of type 'str' could not be converted to Float; fix "
                                           "the value or remove the key"),
+    # replica groups (cluster.replica_ft)
+    ([T, "cluster.replica_ft=true"], CE + "cluster.replica_ft: needs parallel.dp_replicate >= 2 (replica groups to fail "
+                                          "over between), and it is 1; set parallel.dp_replicate=2 or more, or "
+                                          "cluster.replica_ft=false"),
+    ([T, "cluster.replica_ft=true", "cluster.ranks=2", "parallel.dp_replicate=2", "cluster.replica_min=3"],
+     CE + "cluster.replica_min: 3 is above parallel.dp_replicate=2, so no quorum could ever form; set it between 1 "
+          "and 2"),
     # where the run lives
     ([T, "run.root="], CE + "run.root: empty; set it to the experiments directory"),
     ([T, "run.root=/sys/resilient_slurm_test"], CE + "run.root: cannot write to /sys/resilient_slurm_test (Operation "
