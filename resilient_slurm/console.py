@@ -6,6 +6,9 @@ anything else (a log file, a Slurm job's output, a pipe) tqdm's `\\r` redraws wo
 unreadable line, so each update is written as a line of its own, at most every `LOG_INTERVAL_S`,
 and the log stays readable. tqdm's monitor thread is off: ranks already run enough threads.
 
+`LOG_ONLY` marks a log record for the log file alone (`log.info(..., extra=LOG_ONLY)`): what a user
+needs only when something went wrong, kept off the console (`on_console` is the handler's filter).
+
 `say(line)` prints a line beside a bar without garbling it. `pipe_safe(main)` lets a command's output go into `head`: when the reader closes the pipe early,
 the command ends quietly instead of with a BrokenPipeError traceback.
 """
@@ -13,12 +16,16 @@ the command ends quietly instead of with a BrokenPipeError traceback.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 from collections.abc import Callable
 from typing import IO, Any
 
 from tqdm import tqdm
+
+LOG_ONLY = {"log_only": True}
+"""`extra=` of a log call whose line goes to the log file only, not to the console."""
 
 LOG_INTERVAL_S = 10.0
 """Off a terminal: at most one progress line this often (and one at the end)."""
@@ -57,6 +64,11 @@ def progress(total: int | None, desc: str, *, unit: str = "it", enabled: bool = 
         if total else "{desc}: {n_fmt} {unit}, {elapsed} elapsed{postfix}"
     return _Bar(total=total, desc=desc, unit=unit, file=_Lines(out), disable=not enabled, mininterval=LOG_INTERVAL_S,
                 bar_format=shape, ascii=True)
+
+
+def on_console(record: logging.LogRecord) -> bool:
+    """A console handler's filter: every record but the `LOG_ONLY` ones."""
+    return not getattr(record, "log_only", False)
 
 
 def say(line: str) -> None:
