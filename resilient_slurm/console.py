@@ -29,6 +29,8 @@ LOG_ONLY = {"log_only": True}
 
 LOG_INTERVAL_S = 10.0
 """Off a terminal: at most one progress line this often (and one at the end)."""
+DEFAULT_COLUMNS = 80
+"""A bar's width on a terminal that reports no size."""
 
 
 class _Bar(tqdm):  # type: ignore[type-arg]
@@ -59,7 +61,15 @@ def progress(total: int | None, desc: str, *, unit: str = "it", enabled: bool = 
     `stream` (default stderr); `enabled=False` (another rank's, say) writes nothing."""
     out = stream or sys.stderr
     if _is_terminal(out):
-        return _Bar(total=total, desc=desc, unit=unit, file=out, disable=not enabled, leave=leave, dynamic_ncols=True)
+        # A terminal that reports no size (some containers' ttys, a fresh pty) would get a bar of no
+        # columns, which tqdm draws as nothing; and a description wider than the terminal leaves no
+        # room for the bar. Either way the user saw no bar: give it 80 columns and a description
+        # that fits in half of them.
+        columns = _columns(out)
+        sized = columns > 0
+        columns = columns if sized else DEFAULT_COLUMNS
+        return _Bar(total=total, desc=_fit(desc, columns // 2), unit=unit, file=out, disable=not enabled, leave=leave,
+                    dynamic_ncols=sized, ncols=None if sized else columns)
     shape = "{desc}: {n_fmt}/{total_fmt} {unit} ({percentage:.0f}%), {elapsed} elapsed, {remaining} left{postfix}" \
         if total else "{desc}: {n_fmt} {unit}, {elapsed} elapsed{postfix}"
     return _Bar(total=total, desc=desc, unit=unit, file=_Lines(out), disable=not enabled, mininterval=LOG_INTERVAL_S,
@@ -75,6 +85,21 @@ def say(line: str) -> None:
     """A line on stdout that a progress bar on the same terminal does not garble."""
     _Bar.write(line, file=sys.stdout)
     sys.stdout.flush()
+
+
+def _columns(stream: IO[str]) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def _fit(text: str, width: int) -> str:
+    """`text`, its middle cut out when it is longer than `width` (a long path keeps both ends)."""
+    if len(text) <= width or width < 9:
+        return text
+    keep = width - 3
+    return f"{text[:keep // 2]}...{text[len(text) - (keep - keep // 2):]}"
 
 
 def _is_terminal(stream: IO[str]) -> bool:
