@@ -187,3 +187,41 @@ def test_help_exits_0_and_is_whole(argv, whole):
     done = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert whole in done.stdout, done.stdout
+
+
+def test_mistakes_come_before_torch_is_imported():
+    """In a fresh interpreter, as a user runs it: three kinds of mistake, and torch never loaded."""
+    code = ("import sys; from resilient_slurm.launch.__main__ import main; "
+            "codes = [main(a) for a in (['+experiment=tiny_sft', 'optim.lrr=1'], ['experiment=tiny_sft'], "
+            "['+experiment=tiny_sft', 'optim.lr=abc'], ['+experiment=sft', 'model.pretrained=/nope', 'data.path=x'])]; "
+            "print([int(c) for c in codes], 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "[2, 2, 2, 2] False", done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 4
+
+
+def test_the_quick_start_trains_with_the_cpu_count_chosen_for_it():
+    """`train.threads=0` (threads from the affinity mask and the node's ranks) is what +experiment=tiny_sft uses."""
+    from resilient_slurm.config import to_config
+    from resilient_slurm.config.composer import compose
+
+    assert to_config(compose([T])).train.threads == 0
+
+
+def test_the_readmes_checkpoint_override_changes_tiny_sfts_policy():
+    """`+experiment=tiny_sft ... train.max_steps=500 checkpoint=exponential` saves at 100, 200, 400
+    (and 500, the final save), not every 50 steps: the experiment's milestones are a checkpoint
+    preset that a command-line choice replaces, like any group's."""
+    from resilient_slurm.checkpoint.policy import step_reason
+    from resilient_slurm.config import to_config
+    from resilient_slurm.config.composer import compose
+
+    def saves(*overrides):
+        cfg = to_config(compose([T, *overrides]))
+        return [s for s in range(1, cfg.train.max_steps + 1) if step_reason(s, cfg.checkpoint)], cfg.checkpoint
+
+    steps, policy = saves("optim.lr=3e-4", "train.max_steps=500", "checkpoint=exponential")
+    assert steps == [100, 200, 400] and policy.every_minutes == 0
+    steps, policy = saves()
+    assert steps == list(range(50, 301, 50)) and policy.every_minutes == 30  # tiny_sft's own: hybrid, every 50
+    assert saves("checkpoint=exponential", "checkpoint.every_steps=150")[0] == [100, 150, 200, 300]
