@@ -53,6 +53,7 @@ def test_a_fresh_venv_installs_the_project_and_runs_the_quick_start(tmp_path):
     assert "finished at step 20" in out and (rdir / "hf" / "config.json").is_file(), out
     assert any((rdir / "wandb").glob("offline-run-*")), "the default tracker (wandb, offline) did not run"
     assert "not installed" not in out and "Traceback" not in out, out
+    assert "wandb" not in out, out  # wandb's own banner lines (offline mode, where, `wandb leet`) stay in the log
 
     run([*pip, "uninstall", "-y", "wandb"], env=env)
     done = run([python, "-m", "resilient_slurm.launch", "+experiment=tiny_sft", f"run.root={root}", "run.name=bare",

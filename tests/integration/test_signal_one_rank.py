@@ -68,7 +68,11 @@ def test_a_rank_killed_with_sigkill_is_named_in_one_line_and_the_report_blames_i
     assert saves and verify(rdir / "checkpoints" / f"step_{saves[-1]:08d}").ok
     assert out.splitlines()[-1] == (f"resilient_slurm: rank 1 was killed by signal 9 (SIGKILL); rank 0 stopped with "
                                     f"it (logs/rank-0.log); launch again to resume from step {max(saves)}")
-    assert "Traceback" in (rdir / "logs" / "rank-0.log").read_text()
+    log = (rdir / "logs" / "rank-0.log").read_text()
+    assert "Traceback" in log and "Connection reset by peer" in log
+    # Issue 27, item 18: details a user needs only when something goes wrong are in the log, not on the console.
+    for detail in ("CPU thread(s) per rank", "GPU metrics off", "run directory: "):
+        assert detail in log and detail not in out, detail
     report = subprocess.run([sys.executable, "-m", "resilient_slurm.report", str(rdir), "--no-png"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert "killed: rank 1 by signal 9 (SIGKILL)" in report.stdout and "crashed" not in report.stdout, report.stdout
