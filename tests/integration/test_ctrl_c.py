@@ -111,7 +111,8 @@ def test_a_second_ctrl_c_within_5_s_stops_at_once_with_one_line_and_it_is_record
                              "resume from the newest checkpoint"]
     ev = events(rdir)
     (forced,) = [e for e in ev if e.kind is Kind.FORCED_EXIT]
-    assert forced.rank == -1 and forced.details.ranks == [0, 1] and forced.details.first < forced.details.second
+    # In order; the second may follow within the stamps' millisecond, as soon as the first's line is out.
+    assert forced.rank == -1 and forced.details.ranks == [0, 1] and forced.details.first <= forced.details.second
     assert not [e for e in ev if e.kind is Kind.STOP or e.kind is Kind.SAVE and e.details.reason == "emergency"]
     assert not ranks_running(rdir)
 
