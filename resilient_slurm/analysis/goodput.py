@@ -7,7 +7,10 @@ last ledger event and its last metrics row.
 
 - **allocated** = the sum over attempts of (end - begin): the time the run held its resources.
 - **productive** = the optimizer-step time (`step_seconds`) of the steps in `metrics.jsonl`: the
-  timeline that survived, each step counted once.
+  timeline that survived, each step counted once. With replica groups (cluster.replica_ft) a group's
+  failure stops only its group, so the others' steps stay productive; the steps they took short of a
+  group (`replica_missing` > 0: slower, with its micro-batches as extra accumulation) are also
+  counted as **degraded**, a part of productive.
 - **redone** = the step time of rows in `metrics-lost.jsonl`: steps computed, then lost to a fault
   (killed or crashed after the last checkpoint) and computed again after the resume.
 - **saves** = the checkpoint save time of the ledger's `save` events; **evaluation** = the
@@ -27,6 +30,9 @@ previous attempt's last trace.
 
 **steps lost** = the sum over restarts of (the last step the previous attempt reached - the step
 the next attempt resumed from).
+
+**Replica changes** are a group's leave, heal and join inside an attempt (none of them is a restart
+of the run), each with its seconds, and a refusal to go on without a group.
 """
 
 from __future__ import annotations
@@ -38,7 +44,22 @@ from typing import Any
 
 from resilient_slurm.analysis.rank_ends import first_cause, rank_ends
 from resilient_slurm.files import stamp_seconds
-from resilient_slurm.ledger import Crash, Event, GaveUp, Kind, RestartInAllocation, Resume, Save, Signal, Start, select
+from resilient_slurm.ledger import (
+    Crash,
+    Event,
+    GaveUp,
+    Kind,
+    ReplicaHeal,
+    ReplicaJoin,
+    ReplicaLeave,
+    ReplicaRefused,
+    RestartInAllocation,
+    Resume,
+    Save,
+    Signal,
+    Start,
+    select,
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +88,8 @@ class Attempt:
     redone_s: float
     save_s: float
     eval_s: float
+    degraded_s: float = 0.0
+    """Productive step time taken short of a replica group."""
 
     @property
     def duration_s(self) -> float:
@@ -108,6 +131,8 @@ class TimeBreakdown:
     waiting_s: float
     held_between_s: float = 0.0
     """Gaps between attempts inside one allocation (part of allocated)."""
+    degraded_s: float = 0.0
+    """Productive step time taken short of a replica group (part of productive)."""
 
     @property
     def other_s(self) -> float:
@@ -128,6 +153,18 @@ class Marks:
 
 
 @dataclass(frozen=True)
+class ReplicaChange:
+    """A replica group's leave, heal or join, or a refusal to go on without groups."""
+
+    kind: str
+    """leave, heal, join or refused."""
+    group: int | None
+    step: int | None
+    seconds: float | None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class Accounting:
     attempts: list[Attempt]
     time: TimeBreakdown
@@ -139,6 +176,9 @@ class Accounting:
     """The newest `save` event: step, path, reason."""
     marks: Marks
     restart_list: list[Restart] = field(default_factory=list)
+    replica_changes: list[ReplicaChange] = field(default_factory=list)
+    degraded_steps: int = 0
+    """Steps in metrics.jsonl taken short of a replica group."""
 
     @property
     def restarts(self) -> int:
@@ -200,6 +240,7 @@ def account(events: list[Event[Any]], kept: list[dict[str, Any]], lost: list[dic
             redone_s=sum(r.get("step_seconds", 0.0) for r in lost_by[i]),
             save_s=sum(s.details.seconds or 0.0 for s in select(group, Save)),
             eval_s=sum(r.get("eval_seconds", 0.0) for r in rows),
+            degraded_s=sum(r.get("step_seconds", 0.0) for r in kept_by[i] if r.get("replica_missing")),
         ))
     saves = select(events, Save)
     held = sum(max(0.0, b.begin_s - a.end_s) for a, b in pairwise(attempts) if b.in_allocation)
@@ -213,6 +254,7 @@ def account(events: list[Event[Any]], kept: list[dict[str, Any]], lost: list[dic
             eval_s=sum(a.eval_s for a in attempts),
             waiting_s=sum(max(0.0, b.begin_s - a.end_s) for a, b in pairwise(attempts) if not b.in_allocation),
             held_between_s=held,
+            degraded_s=sum(a.degraded_s for a in attempts),
         ),
         steps_done=max([r["step"] for r in kept] + [0]),
         steps_lost=sum(max(0, a.last_step - b.resumed_from) for a, b in pairwise(attempts)),
@@ -227,7 +269,25 @@ def account(events: list[Event[Any]], kept: list[dict[str, Any]], lost: list[dic
                        if a.last_step > b.resumed_from],
         ),
         restart_list=[_restart(a, b, select(events, RestartInAllocation)) for a, b in pairwise(attempts)],
+        replica_changes=replica_changes(events),
+        degraded_steps=sum(1 for r in kept if r.get("replica_missing")),
     )
+
+
+def replica_changes(events: list[Event[Any]]) -> list[ReplicaChange]:
+    """The replica groups' leaves, heals, joins and refusals, in ledger order."""
+    out: list[ReplicaChange] = []
+    for e in events:
+        d = e.details
+        if isinstance(d, ReplicaLeave):
+            out.append(ReplicaChange("leave", d.group, e.step, d.seconds, f"groups {d.live} went on"))
+        elif isinstance(d, ReplicaHeal):
+            out.append(ReplicaChange("heal", d.group, e.step, d.seconds, f"from group {d.source}, {d.bytes} bytes"))
+        elif isinstance(d, ReplicaJoin):
+            out.append(ReplicaChange("join", d.group, e.step, d.seconds, "process start -> first step"))
+        elif isinstance(d, ReplicaRefused):
+            out.append(ReplicaChange("refused", None, e.step, None, d.reason))
+    return out
 
 
 def _restart(before: Attempt, after: Attempt, records: list[Event[RestartInAllocation]]) -> Restart:

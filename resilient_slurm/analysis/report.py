@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.analysis.goodput import BREAKDOWN_PARTS, Restart
+from resilient_slurm.analysis.goodput import BREAKDOWN_PARTS, ReplicaChange, Restart
 from resilient_slurm.analysis.summary import ReportError, Summary, load, summarize
 from resilient_slurm.config import ConfigError
 from resilient_slurm.console import pipe_safe
@@ -56,6 +56,10 @@ def render(s: Summary) -> str:
                 f" + redone {_duration(t.redone_s)} + saves {_duration(t.save_s)} + evaluation "
                 f"{_duration(t.eval_s)} + restarts/other {_duration(t.other_s)}")
     add("", f"waiting between attempts (not allocated) {_duration(t.waiting_s)}")
+    if a.degraded_steps:
+        add("", f"degraded: {a.degraded_steps} step(s) short of a replica group, {_duration(t.degraded_s)} of "
+                f"the productive time")
+    lines.extend(_replica_lines(a.replica_changes))
     add("goodput", "-" if t.goodput is None else f"{100 * t.goodput:.1f}% (productive / allocated)")
     ckpt = a.last_checkpoint
     add("checkpoint", f"{ckpt['path']} (step {ckpt['step']}, {ckpt['reason']})" if ckpt else "none")
@@ -161,6 +165,17 @@ def _breakdown_lines(restarts: list[Restart]) -> list[str]:
     widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(heads)]
     out = [f"  {'':<12}restart breakdown (s): " + "  ".join(h.ljust(w) for h, w in zip(heads, widths))]
     out += [f"  {'':<12}{'':<23}" + "  ".join(c.ljust(w) for c, w in zip(t, widths)) for t in table]
+    return out
+
+
+def _replica_lines(changes: list[ReplicaChange]) -> list[str]:
+    """Each replica group's leave, heal and join (none of them a restart of the run), and refusals."""
+    out: list[str] = []
+    for c in changes:
+        who = "" if c.group is None else f"group {c.group} "
+        at = "" if c.step is None else f" at step {c.step}"
+        took = "" if c.seconds is None else f" {_duration(c.seconds)}"
+        out.append(f"  {'replicas' if not out else '':<12}{who}{c.kind}{at}{took} ({c.detail})")
     return out
 
 

@@ -28,8 +28,8 @@ class ReplicaLeave(Details):
 
 @dataclass(frozen=True, kw_only=True)
 class ReplicaHeal(Details):
-    """A group took the whole training state from a live one over the network (written by each of
-    its ranks: what that rank received)."""
+    """A group took the whole training state from a live one over the network (its rank 0: what that
+    rank received; every rank of the group received its own shards)."""
 
     KIND = Kind.REPLICA_HEAL
     group: int

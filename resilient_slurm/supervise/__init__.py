@@ -3,6 +3,9 @@
 Modules, in the order a run meets them:
     local         cluster=local: the job in-process, or one process per rank, signals forwarded, a
                   dead rank's peers killed after a grace period
+    local_groups  cluster=local with replica groups: each group its own process group, the lighthouse,
+                  a failed group alone stopped and started anew (it heals from a live one)
+    local_procs   the local launcher's plumbing: ranks that die with it, ports, signals, exit status
     heartbeat     the ranks' heartbeats received (UDP), and which ranks are silent
     hangs         a silent rank: every rank's stacks on record, a `hang` event on its node
     task          one Slurm task's life: rank setup → the training job → the recovery decision → requeue

@@ -27,6 +27,8 @@ class HeartbeatMonitor:
         self._alive: dict[int, float] = {}
         self.generation = 0
         self.started_at = time.monotonic()
+        self._started: dict[int, float] = {}
+        """Ranks started anew since the start (a replica group's replacement): when each was."""
         self._closed = False
         self._thread = threading.Thread(target=self._receive, name="heartbeats", daemon=True)
         self._thread.start()
@@ -43,11 +45,26 @@ class HeartbeatMonitor:
             self._alive.clear()
             self.generation = generation
             self.started_at = time.monotonic()
+            self._started.clear()
+
+    def restart_ranks(self, ranks: Iterable[int]) -> None:
+        """Some ranks started anew in the same start (a replica group replaced): their old beats go,
+        and their start allowance counts from now."""
+        with self._lock:
+            for r in ranks:
+                self._last.pop(r, None)
+                self._alive.pop(r, None)
+                self._started[r] = time.monotonic()
 
     def silent(self, ranks: Iterable[int]) -> list[Silence]:
         with self._lock:
-            last, alive = dict(self._last), dict(self._alive)
-        return silent_ranks(last, ranks, time.monotonic(), self.started_at, self.timeout_s, self.start_allow_s, alive)
+            last, alive, started = dict(self._last), dict(self._alive), dict(self._started)
+        by_start: dict[float, list[int]] = {}
+        for r in ranks:
+            by_start.setdefault(started.get(r, self.started_at), []).append(r)
+        now = time.monotonic()
+        return [s for at, rs in by_start.items()
+                for s in silent_ranks(last, rs, now, at, self.timeout_s, self.start_allow_s, alive)]
 
     def last_beat(self, rank: int) -> tuple[Beat, float] | None:
         """A rank's newest beat and when it came (time.monotonic())."""

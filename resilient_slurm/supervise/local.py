@@ -15,10 +15,8 @@ search's local trials: the controller prepares the directory, this runs it).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,19 +28,24 @@ from resilient_slurm.config import Config
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.health.oom_kill import judge_exit
 from resilient_slurm.health.oom_watch import OomWatch, memory_cgroup_dirs
-from resilient_slurm.files import utc_stamp
-from resilient_slurm.ledger import EventLog, ForcedExit, HostOom, RankExit, RanksKilled, Stop, read_events, read_new_events, select
+from resilient_slurm.ledger import EventLog, HostOom, RankExit, RanksKilled, read_events, read_new_events
 from resilient_slurm.monitor.heartbeats import culprits
 from resilient_slurm.session.heartbeat import HEARTBEAT_ENV
 from resilient_slurm.session.rejoin import PEER_GONE
-from resilient_slurm.process.signals import FORCE_WINDOW_S, STOP_SIGNALS, Forwarder, forward_signals, stop_signals_held
+from resilient_slurm.process.signals import STOP_SIGNALS, Forwarder, forward_signals, stop_signals_held
 from resilient_slurm.supervise.hangs import record_silence
 from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
-
-_PR_SET_PDEATHSIG = 1
-
+from resilient_slurm.supervise.local_groups import run_local_groups
+from resilient_slurm.supervise.local_procs import combine_exit_codes
+from resilient_slurm.supervise.local_procs import die_with_parent as _die_with_parent
+from resilient_slurm.supervise.local_procs import exit_at_once as _exit_at_once
+from resilient_slurm.supervise.local_procs import forward as _forward
+from resilient_slurm.supervise.local_procs import free_port as _free_port
+from resilient_slurm.supervise.local_procs import signal_all as _signal_all
 
 def run_local(cfg: Config, run_dir: Path) -> int:
+    if cfg.cluster.replica_ft:
+        return run_local_groups(cfg, run_dir)
     n = cfg.cluster.ranks
     port = _free_port()
     # Started before the ranks: only OOM kills after this count. Ranks start in this cgroup.
@@ -84,17 +87,6 @@ def say_how_it_ended(ledger: Path, since: int, ranks: int) -> None:
                        lambda error: any(m in error for m in PEER_GONE))
     if line:
         print(line, file=sys.stderr, flush=True)
-
-
-def combine_exit_codes(codes: list[int]) -> int:
-    """One status for the run: any crash wins, then a stop-to-resume, else done; every rank
-    refusing its config, or giving up together, says so. Pure."""
-    if any(c not in (ExitCode.DONE, ExitCode.RESUME) for c in codes):
-        for agreed in (ExitCode.CONFIG, ExitCode.GAVE_UP, ExitCode.INTERRUPTED):
-            if all(c == agreed for c in codes):
-                return agreed
-        return ExitCode.FAILED
-    return ExitCode.RESUME if ExitCode.RESUME in codes else ExitCode.DONE
 
 
 def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, watch: OomWatch,
@@ -139,56 +131,6 @@ def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, 
             killed.update(stuck)
             deadline = float("inf")
         time.sleep(0.1)
-
-
-_CTRL_C = (f"resilient_slurm: Ctrl-C: every rank saves at the end of its step, then the run exits "
-           f"{int(ExitCode.RESUME)}; Ctrl-C again within {FORCE_WINDOW_S:.0f} s stops at once without saving\n").encode()
-
-
-def _forward(procs: list[subprocess.Popen], signum: int) -> None:
-    if signum == signal.SIGINT:
-        # Said from the handler, before any rank can say that it saved; os.write, because a
-        # buffered print could be interrupted by this very handler.
-        os.write(sys.stderr.fileno(), _CTRL_C)
-    _signal_all(procs, signum)
-
-
-def _exit_at_once(procs: list[subprocess.Popen], forwarder: Forwarder, events: EventLog, since: int) -> list[int]:
-    """A second Ctrl-C: the ranks still running are killed, which the ledger records. What is said
-    is what happened: the first Ctrl-C's save may have finished already (the ranks were shutting
-    down), and then the run exits as a stop does, 75, to resume from that save."""
-    running = [rank for rank, p in enumerate(procs) if p.poll() is None]
-    _signal_all(procs, signal.SIGKILL)
-    for p in procs:
-        p.wait()
-    assert forwarder.interrupted_at is not None and forwarder.forced_at is not None
-    events.emit(ForcedExit(first=utc_stamp(forwarder.interrupted_at), second=utc_stamp(forwarder.forced_at),
-                           ranks=running), None)
-    saved = [e for e in select(read_new_events(events.path, since)[0], Stop) if e.details.checkpoint]
-    if saved:
-        print(f"resilient_slurm: second Ctrl-C: stopped at once; the emergency save of step {saved[-1].step} had "
-              f"already finished, so launch again to resume from it", file=sys.stderr, flush=True)
-        return [ExitCode.RESUME] * len(procs)
-    print("resilient_slurm: second Ctrl-C: stopped at once, without saving; launch again to resume from the "
-          "newest checkpoint", file=sys.stderr, flush=True)
-    return [ExitCode.INTERRUPTED] * len(procs)
-
-
-def _signal_all(procs: list[subprocess.Popen], signum: int) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signum)
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv: list[str]) -> int:

@@ -7,8 +7,7 @@ step's sums span the live groups (`trainer/step.py`); a step whose reductions fa
 under the next quorum, from the same data. The lowest live group writes the run's records.
 
 The ledger gets a group's leave (from the lowest live group, at the first quorum without it), a
-replacement's heal (each of its ranks, what it received) and its join (its rank 0, after its first
-committed step). The first quorum of a start waits for every group, up to cluster.replica_timeout_s,
+replacement's heal (what its rank 0 received) and its join (after its first committed step). The first quorum of a start waits for every group, up to cluster.replica_timeout_s,
 so that a start does not train short of a group only because that group's processes were slower
 to start.
 """
@@ -80,11 +79,10 @@ class ReplicaSteps:
                 self.events.emit(ledger.ReplicaLeave(group=g, live=list(q.live),
                                                      seconds=round(time.time() - self.committed_at, 3)), q.step)
                 log.warning("replica group %d left; groups %s go on, taking its micro-batches", g, list(q.live))
-        if q.heal is not None:
+        if q.heal is not None and self.rank == 0:
             h = q.heal
             self.events.emit(ledger.ReplicaHeal(group=me, source=h.source, seconds=h.seconds, bytes=h.bytes), q.step)
-            if self.rank == 0:
-                log.info("replica group %d healed from group %d at step %d (%.2f s, %d bytes per rank)", me, h.source,
+            log.info("replica group %d healed from group %d at step %d (%.2f s, %d bytes per rank)", me, h.source,
                          q.step, h.seconds, h.bytes)
         if self.first and s.leads and s.metrics is not None:
             s.metrics.truncate_after(q.step)  # a resume's agreed step (resume() leaves it to here)

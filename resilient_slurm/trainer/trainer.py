@@ -401,6 +401,8 @@ class Trainer:
             "samples_per_s": self.cfg.data.global_batch_size / step_s, "step_seconds": step_s,
             "data_wait_s": wait_s, **data_row, **{f"gpu_{k}": v for k, v in self.session.gpu.latest.items()},
         }
+        if self.replicated is not None:
+            row["replica_missing"] = self.replicated.missing  # the report counts these steps as degraded
         if self.evaluator.due(step):
             self.session.announce("eval")
             row.update(self._evaluate(step))

@@ -248,3 +248,34 @@ def test_a_restart_inside_the_surviving_processes_counts_the_allocation_once():
     assert second.in_allocation and second.begin_s == first.end_s
     assert acc.time.allocated_s == pytest.approx((T0 + t2 + 0.1) - (T0 - 4))  # the wall time, once
     assert acc.time.goodput == pytest.approx(acc.time.productive_s / acc.time.allocated_s)
+
+
+def test_a_replica_group_lost_and_healed_is_one_attempt_its_short_steps_productive_and_degraded():
+    """Job 7 with two replica groups: group 1 is lost after step 20; group 0 goes on alone (its steps
+    twice as long) until group 1's replacement healed from it and joined at step 30."""
+    events, kept, ev, steps = job_seven()
+    ev(0, "attempt", None, nodes=["n1", "n2"], ntasks=2, cause="first start")
+    ev(1, "start", 0, process_started=stamp(-4))
+    t = steps(1, 1, 20)
+    for step in range(21, 31):
+        t += 2 * STEP_S
+        kept.append({"step": step, "loss": 1.0, "step_seconds": 2 * STEP_S, "time": stamp(t), "replica_missing": 1})
+    ev(12.0, "replica_leave", 20, group=1, live=[0], seconds=3.5)
+    ev(18.0, "replica_heal", 29, rank=1, group=1, source=0, seconds=0.8, bytes=4096)
+    ev(t + 0.1, "replica_join", 30, rank=1, group=1, live=[0, 1], seconds=12.5)
+    t = steps(t, 31, 40)
+    ev(t + 0.1, "finish", 40)
+
+    acc = account(events, kept, [])
+    assert len(acc.attempts) == 1 and acc.restarts == 0 and acc.finished and acc.steps_lost == 0
+    assert acc.time.productive_s == pytest.approx(30 * STEP_S + 10 * 2 * STEP_S)
+    assert acc.time.degraded_s == pytest.approx(10 * 2 * STEP_S) and acc.degraded_steps == 10
+    assert [(c.kind, c.group, c.step, c.seconds) for c in acc.replica_changes] == [
+        ("leave", 1, 20, 3.5), ("heal", 1, 29, 0.8), ("join", 1, 30, 12.5)]
+    from resilient_slurm.analysis.report import _replica_lines
+
+    assert [line.split(None, 1)[-1] if i == 0 else line.strip() for i, line in
+            enumerate(_replica_lines(acc.replica_changes))] == [
+        "group 1 leave at step 20 3.5s (groups [0] went on)",
+        "group 1 heal at step 29 0.8s (from group 0, 4096 bytes)",
+        "group 1 join at step 30 12.5s (process start -> first step)"]
