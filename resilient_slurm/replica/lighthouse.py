@@ -10,6 +10,7 @@ or when it is alive but has not asked to join `cluster.replica_timeout_s` after 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 
@@ -46,6 +47,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("min_replicas", type=int)
     parser.add_argument("join_timeout_s", type=float)
     args = parser.parse_args(argv)
+    os.environ.setdefault("RUST_LOG", "warn")  # every quorum at info otherwise
     from torchft._torchft import LighthouseServer
 
     server = LighthouseServer(bind="[::]:0", min_replicas=args.min_replicas,

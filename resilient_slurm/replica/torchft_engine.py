@@ -20,6 +20,7 @@ quorum result its client returns (a thin wrapper records it: the Manager keeps o
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -33,6 +34,9 @@ from resilient_slurm.replica.plan import ReplicaPlace
 GROUP_PREFIX = "replica_group_"
 """torchft's replica id is `<prefix><group>`: its own global-rank arithmetic reads the trailing digits."""
 CONNECT_TIMEOUT_S = 30.0
+RUST_LOG = "warn"
+"""torchft's servers log every quorum and commit at info (to stderr): only warnings, unless the
+environment asks for more (RUST_LOG, read when torchft is imported)."""
 
 
 def group_of(replica_id: str) -> int:
@@ -61,6 +65,7 @@ class TorchftReplicas:
     def __init__(self, place: ReplicaPlace, *, rank: int, world_size: int, store_addr: str, store_port: int,
                  lighthouse: str, backend: str, replica_min: int, timeout_s: float, collective_timeout_s: float,
                  state: StateFns) -> None:
+        os.environ.setdefault("RUST_LOG", RUST_LOG)
         from torchft import Manager, ProcessGroupGloo, ProcessGroupNCCL
 
         self.place = place

@@ -155,6 +155,8 @@ def _train(cfg: Config, run_dir: Path, info: RankInfo, events: EventLog, stop: S
     finally:
         if trainer is not None:
             trainer.session.close(code)
+            if trainer.replicas is not None:
+                trainer.replicas.close()
         if comm is not None:
             comm.close()
 

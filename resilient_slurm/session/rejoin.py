@@ -57,6 +57,9 @@ class Instruction:
     """Ranks per node: a replacement's local rank (its GPU) is its rank modulo this."""
     decided_at: float
     """time.time() when the driver decided (the restart's breakdown counts from the failure to it)."""
+    replica_group: int | None = None
+    """A replica group's replacement (cluster.replica_ft): the group its ranks form, alone, healing
+    from a live group; None: a generation of every rank."""
 
 
 def peer_gone(error: BaseException) -> bool:

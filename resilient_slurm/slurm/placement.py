@@ -151,3 +151,18 @@ def keep_positions(before: Sequence[str], after: Allocation, gone: Iterable[str]
         return after
     spare = iter(added)
     return replace(after, in_use=tuple(next(spare) if n in gone_set else n for n in before))
+
+
+def replace_group(alloc: Allocation, group: Sequence[str], lost: Iterable[str]) -> tuple[Allocation, tuple[str, ...]] | None:
+    """One replica group's nodes with each lost one swapped for the next spare where it stood (the
+    others keep their place); the allocation after it (the lost nodes failed, the spares taken).
+    None: not enough spares, and the group stays out (the other groups go on without it)."""
+    gone = [n for n in dict.fromkeys(lost) if n in group]
+    spares = [n for n in alloc.spares if n not in alloc.failed]
+    if len(spares) < len(gone):
+        return None
+    swap = dict(zip(gone, spares))
+    nodes = tuple(swap.get(n, n) for n in group)
+    in_use = tuple(swap.get(n, n) for n in alloc.in_use)
+    left = tuple(n for n in alloc.spares if n not in swap.values())
+    return replace(alloc, in_use=in_use, spares=left, failed=alloc.failed | frozenset(gone)), nodes

@@ -125,6 +125,10 @@ class SlurmDriver:
         pending: PendingRestart | None = None
         self.refused, self.decided_at, self.ended_at, self.hung = "", 0.0, 0.0, False
         self.standbys = Standbys()
+        if self.cfg.cluster.replica_ft:
+            from resilient_slurm.supervise.replica_driver import ReplicaDriver
+
+            return ReplicaDriver(self).run(alloc)
         while True:
             if self.stop.requested:
                 sys.exit(int(ExitCode.RESUME))

@@ -75,6 +75,7 @@ class SlurmTask:
         from resilient_slurm.supervise.health_watch import NodeHealthWatch
         from resilient_slurm.slurm.scontrol import node_address
         from resilient_slurm.slurm.srun import DRIVEN_ENV
+        from resilient_slurm.replica.plan import GROUP_ENV
 
         run_dir = Path(self.run_dir)
         driven = os.environ.get(DRIVEN_ENV) == "1"
@@ -83,11 +84,14 @@ class SlurmTask:
             raise RuntimeError("not inside a Slurm task (no SLURM_JOB_ID/SLURM_PROCID); use cluster=local")
         cfg = load_config(run_dir)
         joining = _joining(run_dir, env, stop)
+        if joining is not None and joining.replica_group is not None:
+            _join_replica_group(joining.replica_group)
         rank = env.procid if joining is None else joining.replaced[env.step_id] + env.procid
         # Every rank of a generation writes under its attempt key, whichever step it runs in.
         context = env.context() if joining is None else {**env.context(), "job_step": joining.job_step}
         events = EventLog(RunDir(run_dir).events, rank=rank, context=context)
-        if env.procid == 0 and joining is None:  # a generation's attempt is the driver's to record
+        # A generation's attempt is the driver's to record; with replica groups, group 0's start's.
+        if env.procid == 0 and joining is None and os.environ.get(GROUP_ENV, "0") == "0":
             history = read_events(RunDir(run_dir).events)
             cause = recovery.restart_cause(history, env.attempt)
             events.emit(Attempt(nodes=list(env.nodes), ntasks=env.ntasks, cause=cause), None)
@@ -218,6 +222,16 @@ def _joining(run_dir: Path, env: SlurmEnv, stop: StopRequest) -> Instruction | N
     if word is None:
         raise RuntimeError(f"no word from the driver at {path} within {JOIN_TIMEOUT_S:.0f} s")
     return word
+
+
+def _join_replica_group(group: int) -> None:
+    """A standby (or new process) woken into a replica group's replacement: the group it forms, a
+    replacement's heal, and the one heartbeat generation every replica group shares (the driver
+    restarts the monitor's ranks, not generations, when it replaces a group)."""
+    from resilient_slurm.replica.plan import GROUP_ENV, HEAL_ENV
+    from resilient_slurm.session import rejoin
+
+    os.environ.update({GROUP_ENV: str(group), HEAL_ENV: "1", rejoin.GENERATION_ENV: "0"})
 
 
 def _claim(run_dir: Path, attempt: tuple[str, int, int], what: str = "") -> bool:

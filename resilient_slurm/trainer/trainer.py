@@ -353,6 +353,8 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] *= cfg.monitor.rollback_lr_factor
         s.rewind(restored_step)
+        if self.replicas is not None:  # every group rolled back alike (the findings are the same everywhere)
+            self.replicas.set_step(restored_step)
         if self.writes:
             self.events.emit(ledger.Rollback(
                 reason=reason, anomaly_step=anomaly_step, checkpoint=checkpoint,

@@ -1,5 +1,6 @@
 import pytest
 
+from resilient_slurm.slurm import placement
 from resilient_slurm.slurm.placement import Allocation, Move, after_failure, grow_back, returned, seen
 
 
@@ -109,3 +110,28 @@ def test_a_shrunk_run_grows_back_onto_a_node_returned_to_service_and_it_can_fail
 def test_bad_floor_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="min_nodes=5 must be between 1 and the target of 4"):
         Allocation(("a",), (), 4, 5)
+
+
+@pytest.mark.parametrize("group, lost, spares, nodes, in_use, left", [
+    # the group's lost node swapped for the spare where it stood; the other group untouched
+    (("n2",), ["n2"], ("n3",), ("n3",), ("n1", "n3"), ()),
+    (("n3", "n4"), ["n4"], ("n5", "n6"), ("n3", "n5"), ("n1", "n2", "n3", "n5"), ("n6",)),
+    # nothing lost: the same nodes (the group starts anew in place)
+    (("n2",), [], ("n3",), ("n2",), ("n1", "n2"), ("n3",)),
+    # a lost node of another group is not this group's to replace
+    (("n2",), ["n1"], ("n3",), ("n2",), ("n1", "n2"), ("n3",)),
+])
+def test_a_replica_group_is_replaced_on_spares_in_place(group, lost, spares, nodes, in_use, left):
+    alloc = Allocation(("n1", "n2") if len(group) == 1 else ("n1", "n2", "n3", "n4"), spares, 2, 2)
+    got = placement.replace_group(alloc, group, lost)
+    assert got is not None
+    after, new = got
+    assert (new, after.in_use, after.spares) == (nodes, in_use, left)
+    assert after.failed == frozenset(n for n in lost if n in group)
+
+
+def test_a_replica_group_without_enough_spares_stays_out():
+    alloc = Allocation(("n1", "n2"), (), 2, 2)
+    assert placement.replace_group(alloc, ("n2",), ["n2"]) is None
+    assert placement.replace_group(Allocation(("n1", "n2"), ("n3",), 2, 2, failed=frozenset({"n3"})), ("n2",),
+                                   ["n2"]) is None
