@@ -84,7 +84,7 @@ class ReplicaSteps:
             self.events.emit(ledger.ReplicaHeal(group=me, source=h.source, seconds=h.seconds, bytes=h.bytes), q.step)
             log.info("replica group %d healed from group %d at step %d (%.2f s, %d bytes per rank)", me, h.source,
                          q.step, h.seconds, h.bytes)
-        if self.first and s.leads and s.metrics is not None:
+        if self.first and not self.place.heal and s.leads and s.metrics is not None:
             s.metrics.truncate_after(q.step)  # a resume's agreed step (resume() leaves it to here)
         self.live, self.first = q.live, False
         return q
