@@ -79,6 +79,8 @@ class LocalGroups:
     def supervise(self, forwarder: Forwarder | None) -> list[int]:
         """Until every rank has exited; a failed group is replaced, or the whole run ends."""
         reported: set[int] = set()
+        dropped: set[int] = set()
+        """Ranks of a group that failed after the others had ended the run: not the run's outcome."""
         deadline: float | None = None
         while True:
             if forwarder is not None and forwarder.forced_at is not None:
@@ -90,13 +92,18 @@ class LocalGroups:
             if failed:
                 time.sleep(AT_ONCE_S)
                 failed |= self._exited(reported)
+                members = [r for g in failed for r in range(g * self.size, (g + 1) * self.size)]
+                if all(p.poll() in ORDERLY for r, p in enumerate(self.procs) if r not in members):
+                    self._kill(members)  # the others ended the run in order: nothing left to join
+                    dropped.update(members)
+                    continue
                 refused = self._replace(failed)
                 if refused:
                     return [p.wait() for p in self.procs]
                 reported -= {r for g in failed for r in range(g * self.size, (g + 1) * self.size)}
                 continue
             if all(c is not None for c in codes):
-                return [c for c in codes if c is not None]
+                return [c for r, c in enumerate(codes) if c is not None and r not in dropped]
             if deadline is None and any(c is not None for c in codes):
                 deadline = time.monotonic() + self.cfg.cluster.kill_grace_s  # an orderly end: the rest follow
             if deadline is not None and time.monotonic() > deadline:

@@ -148,6 +148,10 @@ class ReplicaDriver:
                 continue
             time.sleep(AT_ONCE_S)
             failed |= {g.index for g in groups if not g.out and g.failed}
+            if all(not g.gen.running() and not g.failed for g in groups if g.index not in failed):
+                for index in failed:
+                    self._kill(groups[index])  # the others ended the run in order: nothing left to join
+                continue
             joining = {g.index for g in groups if g.joining}
             refused = plan.refusal(self.groups_n, failed, joining - failed, self.cfg.cluster.replica_min)
             again = sorted(failed & joining)
