@@ -28,7 +28,6 @@ from typing import Any
 import torch
 
 from resilient_slurm.replica.engine import Heal, Quorum, QuorumFailed, StateFns
-from resilient_slurm.replica.heal import payload_bytes
 from resilient_slurm.replica.plan import ReplicaPlace
 
 GROUP_PREFIX = "replica_group_"
@@ -85,7 +84,7 @@ class TorchftReplicas:
     def _install(self, received: dict[str, Any]) -> None:
         began = time.perf_counter()
         self._load(received)
-        self._received = (time.perf_counter() - began, payload_bytes(received))
+        self._received = (time.perf_counter() - began, _tensor_bytes(received))
 
     def quorum(self) -> Quorum:
         self._received = None
@@ -136,3 +135,14 @@ class TorchftReplicas:
 
     def close(self) -> None:
         self._manager.shutdown(wait=False)
+
+
+def _tensor_bytes(obj: Any) -> int:
+    """Bytes of every tensor in a received state (dicts and lists of them)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
