@@ -14,6 +14,8 @@ Modules, in the order a run meets them:
                   inside the allocation after a failure, requeues when it cannot, grows a shrunk
                   run back at a checkpoint onto nodes returned to service
     steps         the srun steps of one start (a generation): srun's reports as they arrive
+    replica_driver  with replica groups: a job step per group, a failed group alone replaced (a
+                  lost node's ranks on a spare's standby), refusals restart every group
     standby       warm processes on the spares, woken as replacements instead of new steps
     restarts      a restart inside the allocation recorded, with its breakdown part by part
 """
