@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from resilient_slurm.checkpoint.dcp_io import fill_model
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
 from resilient_slurm.model import parallel
@@ -34,7 +35,11 @@ def build_model(cfg: Config, comm: Comm) -> LlamaForCausalLM:
 
 def fill_initial(model: nn.Module, cfg: Config) -> None:
     """(Re)write this rank's shards with the initial weights: the pretrained ones, read row range
-    by row range from their files, or the seeded random ones; LoRA adapters from their seed."""
+    by row range from their files, a DCP directory's (`model.dcp`, read at this run's sharding), or
+    the seeded random ones; LoRA adapters from their seed."""
+    if cfg.model.dcp:
+        fill_model(model, Path(cfg.model.dcp), cfg.model.num_heads, cfg.model.num_kv_heads)
+        return
     if not cfg.model.pretrained:
         parallel.fill_random(model, cfg.model, cfg.train.seed)
         return

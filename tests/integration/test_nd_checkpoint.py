@@ -4,6 +4,10 @@ the Session, then resumed at other layouts: FSDP(4), one rank without any DTenso
 resume holds exactly the values the previous layout saved (model and AdamW state, bit-equal), and
 the 2-D save's chunks are the ones torch.distributed.checkpoint makes of the same state.
 
+DCP both ways, at a layout that did not save: the 2-D checkpoint converted to DCP is read by
+`dcp.load` into FSDP(4); DCP's own 2-D save of the same state, converted to ours, is read by our
+loader into FSDP(4).
+
 Four gloo ranks, a model of a few hundred parameters with uneven cuts (10 rows over tp=2 and dp=2:
 3, 2, 3, 2; a bias replicated over tp).
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,13 +25,16 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from resilient_slurm.api import Session
+from resilient_slurm.checkpoint.__main__ import main
+from resilient_slurm.checkpoint.load import load_into
+from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.config import CheckpointConfig, Config, MonitorConfig, RunConfig, TrackingConfig
 from resilient_slurm.launch.prepare import prepare
 from tests.ports import free_port
@@ -72,11 +80,29 @@ def _state(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, torch.Tens
     return out
 
 
+def _converted_both_ways(rank: int, out: Path) -> None:
+    """At FSDP(4): DCP's reader on our converted checkpoint, ours on DCP's converted save."""
+    saved = torch.load(out / "dp2xtp2.pt")
+    model, _ = _build("fsdp4")
+    state = get_model_state_dict(model)
+    dcp.load(state, storage_reader=dcp.FileSystemReader(str(out / "ours-as-dcp")))
+    ours = {f"model/{n}": _full(t) for n, t in state.items()}
+    model, _ = _build("fsdp4")
+    path = out / "dcp-as-ours"
+    load_into(path, verify(path).manifest, rank, model, None, None, 2)
+    theirs = {f"model/{n}": _full(p) for n, p in model.named_parameters()}
+    for got in (ours, theirs):
+        assert got.keys() == {k for k in saved if k.startswith("model/")}
+        assert all(torch.equal(v, saved[k]) for k, v in got.items())
+
+
 def _loop(rank: int, world: int, port: int, run_dir: str, layout: str, steps: int, out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    if layout == "fsdp4":
+        _converted_both_ways(rank, Path(out))
     model, opt = _build(layout)
     g = torch.Generator().manual_seed(rank)
     with Session.from_env(model, opt, run_dir=run_dir) as s:
@@ -133,6 +159,11 @@ def test_a_tensor_parallel_loop_resumes_bit_equal_at_every_other_layout(tmp_path
         key = f"model.{name}" if name in index else f"optim.state.{name}"
         theirs = sorted((list(c.offsets), list(c.sizes)) for c in meta[key].chunks)
         assert sorted((c[1], c[2]) for c in t["chunks"]) == theirs, name
+
+    shutil.copy(tmp_path / "before.pt", tmp_path / "dp2xtp2.pt")
+    assert main(["convert", str(run_dir), str(tmp_path / "ours-as-dcp"), "--to", "dcp"]) == 0
+    assert main(["convert", str(tmp_path / "dcp"), str(tmp_path / "dcp-as-ours"), "--to", "native",
+                 "--prefix", "model."]) == 0
 
     for world, layout, steps in [(4, "fsdp4", 3), (1, "plain", 4), (4, "hsdp2x2", 5)]:
         _run(world, run_dir, layout, steps, tmp_path)
