@@ -181,12 +181,13 @@ def _to_torchtitan(read: Callable[[str, Box], torch.Tensor], name: str, box: Box
 
 
 def _files(chunks: list[tuple[str, dcp_io.DcpTensor, Box]], max_shard_bytes: int) -> list[tuple[str, list[tuple[str, Box]]]]:
-    """Chunks in order, cut into files of at most `max_shard_bytes` (a larger chunk gets one of its own)."""
+    """Chunks in order, cut into files of at most `max_shard_bytes` (a larger chunk gets one of its
+    own); a file holds one chunk of a tensor at most (its safetensors entry is named after it)."""
     runs: list[list[tuple[str, Box]]] = []
     size = 0
     for name, t, box in chunks:
         nbytes = box.volume * t.dtype.itemsize
-        if not runs or (runs[-1] and size + nbytes > max_shard_bytes):
+        if not runs or (runs[-1] and size + nbytes > max_shard_bytes) or any(n == name for n, _ in runs[-1]):
             runs.append([])
             size = 0
         runs[-1].append((name, box))

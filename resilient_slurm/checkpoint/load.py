@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from resilient_slurm.checkpoint.collectives import RunCollectives
+from resilient_slurm.checkpoint.collectives import Collectives, RunCollectives
 from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.manifest import Manifest
 from resilient_slurm.checkpoint.chunks import Box, whole
@@ -75,6 +75,8 @@ class Restored:
     saved_world_size: int = 1
     bytes_read: int = 0
     """Bytes of tensor files this rank read (a resume at another world size reads only its rows)."""
+    unheld: frozenset[str] = frozenset()
+    """Saved tensors this rank does not hold (another pipeline stage's, or another model's)."""
     rng: str = "restored"
     """restored: this rank's saved RNG states; reseeded: the checkpoint has none for this rank (it
     was saved by fewer ranks), so they are seeded from (run id, step, rank): reproducible, and
@@ -130,6 +132,7 @@ def resume(
                     continue
             result, reason, loading, refused = attempt(path, comm.rank, model, optimizer, scheduler, io_threads,
                                                        refusal)
+            result, reason = held_somewhere(comm, result, reason)
             touched |= loading
             outcomes = comm.all_gather_object((result is not None, reason, refused))
             refusals = sorted({r for _, _, r in outcomes if r})
@@ -229,9 +232,9 @@ def load_into(
     # Without an optimizer to restore into (a user's loop may have none), its saved state is not read.
     saved_optim = saved_tensors(path, layout.OPTIMIZER, manifest, docs) if optimizer is not None else {}
     targets = model_tensors(model)
-    unknown = sorted(set(saved_model) - set(targets))
-    if unknown:
-        raise LoadError(f"checkpoint has tensor {unknown[0]!r}, which this model does not")
+    # A tensor this rank does not hold may be another rank's (pipeline stages hold different
+    # layers): `held_somewhere` checks, over all ranks, that some rank holds each one.
+    unheld = set(saved_model) - set(targets)
     missing = sorted(set(targets) - set(saved_model))
     if missing:
         raise LoadError(f"checkpoint lacks model tensors: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
@@ -250,7 +253,8 @@ def load_into(
     for name, saved in saved_optim.items():
         param = by_name.get(name.rsplit(".", 1)[0])
         if param is None:
-            raise LoadError(f"checkpoint has optimizer state {name!r} for a parameter this model does not have")
+            unheld.add(name)
+            continue
         box = _state_box(saved, param)
         shape = box.lengths
         # Into the state the optimizer already has (a rollback) when it fits: no second copy of it.
@@ -276,4 +280,17 @@ def load_into(
     else:
         reseed_rng(zlib.crc32(f"{train_state.run_id}:{train_state.step}:{rank}".encode()))
     return Restored(path, train_state, bool(saved_optim), saved_world_size=manifest.world_size,
-                    rng="restored" if rng is not None else "reseeded", bytes_read=reader.bytes_read)
+                    rng="restored" if rng is not None else "reseeded", bytes_read=reader.bytes_read,
+                    unheld=frozenset(unheld))
+
+
+def held_somewhere(comm: Collectives, result: Restored | None, reason: str) -> tuple[Restored | None, str]:
+    """Every rank, after its `attempt`: a load that succeeded on every rank fails when some saved
+    tensor is held by no rank (the checkpoint is of another model). Collective."""
+    unheld = comm.all_gather_object(None if result is None else sorted(result.unheld))
+    if result is None or any(u is None for u in unheld):
+        return result, reason
+    nowhere = sorted(set.intersection(*(set(u) for u in unheld)))
+    if nowhere:
+        return None, f"checkpoint has tensor {nowhere[0]!r}, which no rank of this model holds"
+    return result, reason

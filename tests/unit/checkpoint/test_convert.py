@@ -3,6 +3,7 @@
 a model from a DCP directory. One process, no process group: the multi-rank loads at other
 layouts are in tests/integration/test_nd_checkpoint.py."""
 
+import json
 import pickle
 
 import pytest
@@ -15,7 +16,7 @@ from resilient_slurm.checkpoint.__main__ import main
 from resilient_slurm.checkpoint.convert import ConvertError, Heads, to_dcp, to_native
 from resilient_slurm.checkpoint.load import load_into
 from resilient_slurm.checkpoint.save import save
-from resilient_slurm.checkpoint.state import capture_snapshot
+from resilient_slurm.checkpoint.state import capture_snapshot, held
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.verify import verify
 from tests.torchtitan_names import titan_to_hf
@@ -130,9 +131,19 @@ def test_cli_says_what_is_wrong_in_one_line_with_exit_2(tmp_path, checkpoint, ca
 def test_convert_refuses_what_torchtitan_has_no_name_for(tmp_path, single_comm):
     model, opt, sched = trained(0)
     snap = capture_snapshot(model, opt, sched, TrainState(step=1))
-    snap.model["model.extra.bias"] = snap.model["model.norm.weight"].__class__(
-        torch.zeros(3), snap.model["model.norm.weight"].spec.__class__("model.extra.bias", (3,), "F32", 4),
-        snap.model["model.norm.weight"].box.__class__((0,), (3,)))
+    snap.model["model.extra.bias"] = held(torch.zeros(3), "model.extra.bias")
     path = save(tmp_path / "c", 1, snap, single_comm, 1 << 20, 1).path
     with pytest.raises(ConvertError, match="model.extra.bias has no torchtitan Llama-3 name"):
         to_dcp(path, tmp_path / "dcp", "torchtitan", HEADS)
+
+
+def test_several_chunks_of_a_tensor_go_to_several_files(tmp_path):
+    key = "model.embed_tokens.weight"
+    w = torch.arange(24.0).view(4, 6)
+    dcp_io.write_chunks(tmp_path / "dcp", [(key, (4, 6), torch.float32, Box((0, 0), (4, 3)), lambda: w[:, :3].contiguous()),
+                                           (key, (4, 6), torch.float32, Box((0, 3), (4, 3)), lambda: w[:, 3:].contiguous())])
+    to_native(tmp_path / "dcp", tmp_path / "out", None, None)
+    assert verify(tmp_path / "out").ok
+    index = json.loads((tmp_path / "out" / "model.shards.json").read_text())["tensors"][key]
+    assert sorted((c[1], c[2]) for c in index["chunks"]) == [([0, 0], [4, 3]), ([0, 3], [4, 3])]
+    assert len({c[0] for c in index["chunks"]}) == 2

@@ -8,6 +8,7 @@ from resilient_slurm.checkpoint.save import save
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.state import (
     capture_snapshot,
+    held,
     optimizer_tensors,
     param_names,
 )
@@ -93,3 +94,13 @@ def test_a_refused_checkpoint_stops_the_resume_and_stays_in_place(tmp_path):
     assert str(err.value) == f"{path}: another base model" and seen == [4]
     assert path.is_dir() and not (tmp_path / ".quarantine").exists()
     assert resume(tmp_path, COMM, *trained(1), io_threads=1, refusal=lambda ts: None).restored.path == path
+
+
+def test_a_checkpoint_with_a_tensor_no_rank_holds_is_passed_over(tmp_path):
+    model, opt, sched = trained(0)
+    snap = capture_snapshot(model, opt, sched, TrainState(step=2))
+    snap.model["model.extra.weight"] = held(torch.zeros(3), "model.extra.weight")
+    save(tmp_path, 2, snap, COMM, 1 << 30, 2)
+    outcome = resume(tmp_path, COMM, *trained(1), io_threads=2)
+    assert outcome.restored is None
+    assert "checkpoint has tensor 'model.extra.weight', which no rank of this model holds" in outcome.skipped[0][1]
