@@ -245,7 +245,7 @@ def load_into(
         # Straight into the parameter's own storage when it can take the bytes, else via the CPU.
         direct = h.data.device.type == "cpu" and h.data.is_contiguous() and h.data.dtype == saved_model[name].dtype
         dest = h.data if direct else torch.empty(h.data.shape, dtype=saved_model[name].dtype)
-        reader.add(name, saved_model[name], dest, h.box)
+        reader.add(name, saved_model[name], dest, h.box, h.spec.shape)
         if not direct:
             copies.append((h.data, dest))
     existing = optimizer_tensors(optimizer, names) if optimizer is not None else {}

@@ -99,3 +99,16 @@ def test_a_version_2_checkpoint_still_loads(tmp_path):
     want = optimizer_tensors(opt, param_names(model))
     got = optimizer_tensors(target_opt, param_names(target))
     assert all(torch.equal(got[n].data, h.data) for n, h in want.items())
+
+
+def test_a_tensor_of_another_global_shape_is_refused_even_where_the_box_fits(tmp_path):
+    import dataclasses
+
+    from resilient_slurm.model.decoder import plain_model
+    from tests.unit.checkpoint.tiny import TINY
+
+    model, opt, sched = trained(0)
+    path = save(tmp_path, 1, capture_snapshot(model, opt, sched, TrainState(step=1)), COMM, 1 << 30, 2).path
+    smaller = plain_model(dataclasses.replace(TINY, vocab_size=48), 0)  # its rows all lie inside the saved 64
+    with pytest.raises(LoadError, match=r"tensor 'model.embed_tokens.weight': the checkpoint has torch.float32\[64, 32\]"):
+        load_into(path, verify(path).manifest, 0, smaller, None, None, io_threads=1)
