@@ -49,7 +49,7 @@ from resilient_slurm.checkpoint.save import save  # noqa: E402
 from resilient_slurm.checkpoint.state import Snapshot, capture_snapshot, held  # noqa: E402
 from resilient_slurm.checkpoint.train_state import TrainState  # noqa: E402
 from resilient_slurm.config import ModelConfig, OptimConfig  # noqa: E402
-from resilient_slurm.model import parallel  # noqa: E402
+from resilient_slurm.parallel import fsdp  # noqa: E402
 from resilient_slurm.session.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.trainer.optim import build_optimizer  # noqa: E402
 
@@ -107,8 +107,8 @@ def run_state(name: str, comm: Comm, base: Path, reps: int, size: tuple[int, int
     max_shard = 1 << 30
     if name in ("llama6", "llama2", "llama6-files"):
         cfg = llama(6 if name != "llama2" else 2, hidden, vocab)
-        model = parallel.build_model(cfg, comm.mesh, comm.device)
-        parallel.fill_random(model, cfg, seed=0)
+        model = fsdp.build_model(cfg, comm.mesh, comm.device)
+        fsdp.fill_random(model, cfg, seed=0)
         opt = with_adamw(model)
         max_shard = max(1 << 20, synthetic_bytes // 13) if name == "llama6-files" else max_shard
 

@@ -29,7 +29,7 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "checkpoint/collectives.py", "monitor/heartbeats.py", "data/tokens/idx_format.py", "data/tokens/plan.py",
         "data/tokens/position.py", "data/tokens/records.py", "data/tokens/tiny_corpus.py", "launch/command.py",
         *(f"config/{m}.py" for m in ("checks", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",
-                                     "tracking", "faults", "sweep", "schema", "overrides", "harness"))]
+                                     "tracking", "faults", "sweep", "schema", "overrides", "harness", "parallel"))]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "mlflow", "submitit",
                 "pynvml", "fcntl", "mmap", "requests", "urllib"}
 
@@ -112,7 +112,7 @@ def test_the_package_root_stays_small_and_every_sub_package_has_its_map():
 
 # The package's floors, from the ground up: a module imports only from its own floor or those below.
 FLOORS = ["exit_codes", "errors", "files", "console", "process", "config", "ledger", "recovery", "slurm", "rundir", "health",
-          "monitor", "tracking", "analysis", "checkpoint", "session", "model", "data", "export", "evaluate", "trainer",
+          "monitor", "tracking", "analysis", "checkpoint", "session", "model", "parallel", "data", "export", "evaluate", "trainer",
           "runtime", "api", "supervise", "launch", "sweep",
           "simulate", "report", "compare"]
 # Re-exports at old paths that queued Slurm jobs' pickles name: they point up on purpose.
