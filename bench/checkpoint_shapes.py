@@ -13,12 +13,14 @@ States, each built alone (the memory is shared), then saved --reps times into fr
                   one step: 1.71 GB in 228 tensors
     llama2        the same with 2 layers (90M parameters): 1.08 GB in 84 tensors
     few           1.71 GB of float32 as 16 tensors
+    few-1.1       1.08 GB as 16 tensors (llama2's bytes: the size alone, without llama's tensors)
     many          1.71 GB as 4096 tensors of 416 KiB
     llama6-files  llama6 written with max_shard_bytes of 131 MB (15 files instead of 3)
-    tp2           llama6 with tensor parallelism over 2 gloo ranks (q/k/v/gate/up colwise, o/down
-                  rowwise, embeddings, norms and head replicated: their chunks are written once, by
-                  either rank), both ranks saving at once; timed from a barrier to the end of the
-                  collective commit, against one dd of the checkpoint's total bytes
+    tp2           llama6 as a run with tensor parallelism 2 builds it (`parallel/`: attention and MLP
+                  column- and row-wise, a vocabulary-parallel embedding and head, norms replicated:
+                  their chunks are written once, by either rank), 2 gloo ranks saving at once;
+                  timed from a barrier to the end of the collective commit, against one dd of the
+                  checkpoint's total bytes
 The save's time is split into its plan (the snapshot, the ranks' agreement, the file list) and
 the rest (writing, fsync, commit). Medians, and the range. Holds on this machine kind only (2
 shared cores, one virtio disk whose speed swings between runs): read the ratios.
@@ -53,7 +55,7 @@ from resilient_slurm.parallel import fsdp  # noqa: E402
 from resilient_slurm.session.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.trainer.optim import build_optimizer  # noqa: E402
 
-STATES = ("llama6", "llama2", "few", "many", "llama6-files", "tp2")
+STATES = ("llama6", "llama2", "few", "few-1.1", "many", "llama6-files", "tp2")
 IO_THREADS = 4
 
 
@@ -121,7 +123,8 @@ def run_state(name: str, comm: Comm, base: Path, reps: int, size: tuple[int, int
         def snap_of() -> Snapshot:
             return capture_snapshot(model, opt, None, TrainState(step=1))
     else:
-        fixed = synthetic(16 if name == "few" else 4096, synthetic_bytes)
+        total = synthetic_bytes * 108 // 171 if name == "few-1.1" else synthetic_bytes
+        fixed = synthetic(4096 if name == "many" else 16, total)
 
         def snap_of() -> Snapshot:
             return fixed
@@ -152,18 +155,15 @@ def run_state(name: str, comm: Comm, base: Path, reps: int, size: tuple[int, int
 
 
 def tensor_parallel(cfg: ModelConfig, comm: Comm) -> torch.nn.Module:
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    """The model as a run at tp=2 builds it (`parallel/`: TP, then FSDP2 over the data-parallel
+    dimension, here of size one), with its random initial weights."""
+    from resilient_slurm.config import Layout
+    from resilient_slurm.parallel.mesh import ParallelMesh
 
-    from resilient_slurm.model.decoder import plain_model
-
-    model = plain_model(cfg, seed=0)
-    plan: dict[str, Any] = {}
-    for i in range(cfg.num_layers):
-        for proj in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
-            plan[f"model.layers.{i}.{proj}"] = ColwiseParallel()
-        for proj in ("self_attn.o_proj", "mlp.down_proj"):
-            plan[f"model.layers.{i}.{proj}"] = RowwiseParallel()
-    return parallelize_module(model, comm.mesh, plan)
+    mesh = ParallelMesh(Layout(dp_replicate=1, dp_shard=1, tp=2, pp=1), "cpu", comm.rank)
+    model = fsdp.build_model(cfg, mesh.dp, comm.device, tp=mesh.tp)
+    fsdp.fill_random(model, cfg, seed=0)
+    return model
 
 
 def worker(rank: int, world: int, port: int, states: list[str], base: str, reps: int, out: str,

@@ -20,7 +20,7 @@ def test_the_bench_runs_every_state_at_a_toy_size(tmp_path):
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads((tmp_path / "rows.json").read_text())
-    assert [r["state"] for r in rows] == ["llama6", "llama2", "few", "many", "llama6-files", "tp2"]
+    assert [r["state"] for r in rows] == ["llama6", "llama2", "few", "few-1.1", "many", "llama6-files", "tp2"]
     by = {r["state"]: r for r in rows}
     assert by["many"]["tensors"] == 4096 and by["few"]["tensors"] == 16
     assert by["llama6-files"]["files"] > by["llama6"]["files"]
