@@ -2,7 +2,8 @@
 `python -m resilient_slurm.checkpoint convert SRC DST --to dcp|native`
 
 verify prints one line per checkpoint. Exit status: 0 all valid, 1 some invalid, 2 usage error (a
-run directory given instead of a checkpoint: its checkpoints are listed).
+path that is not a checkpoint at all; a run directory given instead of a checkpoint: its
+checkpoints are listed).
 
 convert turns a checkpoint of ours (a step directory, or a run directory's newest valid one) into a
 torch.distributed.checkpoint directory (`--to dcp`), or a DCP directory into a checkpoint of ours
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from resilient_slurm.checkpoint import store
+from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.names import NAMINGS
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.errors import InputError
@@ -72,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {step_dir}")
             status = max(status, EXIT_USAGE)
             continue
+        if (what := _not_a_checkpoint(path)) is not None:
+            print(f"not a checkpoint: {path}: {what}; give a checkpoint directory (a run's "
+                  f"checkpoints/step_NNNNNNNN), or the run directory to list them")
+            status = max(status, EXIT_USAGE)
+            continue
         verdict = verify(path, checksums=not args.no_checksums)
         if verdict.ok and verdict.manifest is not None:
             m = verdict.manifest
@@ -114,6 +120,20 @@ def _heads(args: argparse.Namespace) -> Heads | None:
             model = load_config(run).model
             return Heads(model.num_heads, model.num_kv_heads)
     return None
+
+
+def _not_a_checkpoint(path: Path) -> str | None:
+    """What `path` is instead of a checkpoint: nothing there, a file, or a directory with neither a
+    commit marker nor a checkpoint's name or files. A step directory without its marker is a
+    checkpoint whose save did not finish: `verify` says so."""
+    if not path.exists():
+        return "no such directory"
+    if not path.is_dir():
+        return "a file, not a directory"
+    if (path / layout.MANIFEST).exists() or layout.parse_step_dir(path.name) is not None \
+            or any(path.glob("model*.safetensors")):
+        return None
+    return f"no {layout.MANIFEST} and no model*.safetensors in it"
 
 
 if __name__ == "__main__":
