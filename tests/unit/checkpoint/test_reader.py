@@ -112,3 +112,37 @@ def test_a_tensor_of_another_global_shape_is_refused_even_where_the_box_fits(tmp
     smaller = plain_model(dataclasses.replace(TINY, vocab_size=48), 0)  # its rows all lie inside the saved 64
     with pytest.raises(LoadError, match=r"tensor 'model.embed_tokens.weight': the checkpoint has torch.float32\[64, 32\]"):
         load_into(path, verify(path).manifest, 0, smaller, None, None, io_threads=1)
+
+
+def test_a_version_1_checkpoint_still_loads_and_reads_in_boxes(tmp_path):
+    model, opt, sched = trained(0)
+    path = save(tmp_path, 1, capture_snapshot(model, opt, sched, TrainState(step=1)), COMM, 1 << 30, 2).path
+    # What version 1 wrote: whole tensors in <prefix>.safetensors, no shards index, no chunk CRCs.
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["version"] = 1
+    for prefix in ("model", "optimizer"):
+        (path / f"{prefix}.shards.json").unlink()
+        del manifest["files"][f"{prefix}.shards.json"]
+    for entry in manifest["files"].values():
+        entry.pop("chunks", None)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    assert verify(path).ok, verify(path).reason
+    target, target_opt, target_sched = trained(5)
+    load_into(path, verify(path).manifest, 0, target, target_opt, target_sched, io_threads=2)
+    assert all(torch.equal(target.state_dict()[k], v) for k, v in model.state_dict().items())
+    # a column band of one tensor, as a tensor-parallel rank reads it: the whole file is read and checked
+    got, _ = read(path, "model.embed_tokens.weight", Box((0, 8), (64, 8)))
+    assert torch.equal(got, model.state_dict()["model.embed_tokens.weight"][:, 8:16])
+
+
+def test_a_large_version_1_file_without_chunk_crcs_is_read_whole_to_check_a_band_of_it(tmp_path):
+    snap = Snapshot({"big": held(BIG, "big")}, {}, {}, {"train_state.json": {"step": 1}})
+    path = save(tmp_path, 1, snap, COMM, 1 << 30, 2).path
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["version"] = 1
+    (path / "model.shards.json").unlink()
+    del manifest["files"]["model.shards.json"]
+    manifest["files"]["model.safetensors"].pop("chunks")
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    got, r = read(path, "big", Box((0, 100), (700, 3)))
+    assert torch.equal(got, BIG[:, 100:103]) and r.bytes_read == (path / "model.safetensors").stat().st_size
