@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -42,15 +42,27 @@ from resilient_slurm.checkpoint.state import (
 )
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.verify import verify
+from resilient_slurm.errors import InputError
 
 
 Refusal = Callable[[TrainState], str | None]
 """refusal(train_state): why the run must not continue from a checkpoint (None: it may)."""
 
 
-class CheckpointRefused(ValueError):
+class CheckpointRefused(InputError):
     """A valid checkpoint this run must not continue from (another base model, another kind of
     training): the resume stops, instead of skipping to an older checkpoint or a fresh start."""
+
+
+class ModelChanged(CheckpointRefused):
+    """A healthy checkpoint whose tensors do not fit this run's model or optimizer (a tensor of another
+    shape, one either side lacks, other parameter groups): the run's code changed since it was
+    saved. The user's to fix, not damaged storage: nothing is moved aside, and older checkpoints,
+    which would not fit either, are not tried."""
+
+
+_CHANGED_FIX = ("the model's code or config changed since this checkpoint was saved; restore the code that saved "
+                "it, or start a new run (another run.name)")
 
 
 class ColdSource(Protocol):
@@ -160,6 +172,8 @@ def attempt(
             if refused:
                 return None, refused, False, refused
         return load_into(path, verdict.manifest, rank, model, optimizer, scheduler, io_threads), "ok", True, None
+    except ModelChanged as e:  # found before anything was read into the state
+        return None, str(e), False, str(e)
     except (LoadError, FormatError, ValueError, KeyError, OSError) as e:
         return None, str(e), True, None
 
@@ -200,6 +214,39 @@ def needed_files(path: Path, manifest: Manifest, model: nn.Module) -> set[str]:
     return out
 
 
+def model_changed(saved: dict[str, Saved], wanted: dict[str, tuple[int, ...]]) -> str | None:
+    """How the model's tensors differ from the checkpoint's (by name and global shape), or None."""
+    unknown = sorted(set(saved) - set(wanted))
+    if unknown:
+        return f"the checkpoint holds tensor {unknown[0]!r}, which this model does not have"
+    missing = sorted(set(wanted) - set(saved))
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        return f"this model has tensor {missing[0]!r}{more}, which the checkpoint does not hold"
+    for name, shape in wanted.items():
+        if tuple(shape) != saved[name].shape:
+            return (f"tensor {name!r} is {list(saved[name].shape)} in the checkpoint and {list(shape)} in this "
+                    f"model")
+    return None
+
+
+def optimizer_changed(meta: dict[str, Any], optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str],
+                      saved: dict[str, Saved]) -> str | None:
+    """How the optimizer differs from the checkpoint's (its type, its parameter groups), or None."""
+    groups = [[names[p] for p in g["params"]] for g in optimizer.param_groups]
+    saved_groups = [list(g.get("params", [])) for g in meta.get("param_groups", [])]
+    if meta.get("type") != type(optimizer).__name__:
+        return f"the checkpoint's optimizer is {meta.get('type')} and this run's is {type(optimizer).__name__}"
+    if saved_groups != groups:
+        return (f"the checkpoint's optimizer has {len(saved_groups)} parameter group(s) of "
+                f"{[len(g) for g in saved_groups]} parameters and this run's {len(groups)} of {[len(g) for g in groups]}")
+    params = set(names.values())
+    stray = sorted(n for n in saved if n.rsplit(".", 1)[0] not in params)
+    if stray:
+        return f"the checkpoint has optimizer state {stray[0]!r} for a parameter this model does not have"
+    return None
+
+
 def _overlapping(saved: Saved, start: int, stop: int) -> set[str]:
     return {rel for rel, a, b in saved.pieces if max(a, start) < min(b, stop)}
 
@@ -213,8 +260,8 @@ def load_into(
     scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     io_threads: int,
 ) -> Restored:
-    """Load one verified-looking checkpoint into this rank's shards; raise LoadError (or FormatError)
-    on any mismatch."""
+    """Load one verified-looking checkpoint into this rank's shards; ModelChanged, before anything is
+    read, when its tensors do not fit this model; LoadError (or FormatError) when it is damaged."""
     # Small JSON files first: nothing is applied until every byte has been checked.
     docs = {rel: read_json(path, rel, manifest) for rel in manifest.files if rel.endswith(".json")}
     train_state = TrainState.from_json(docs[layout.TRAIN_STATE])
@@ -224,12 +271,11 @@ def load_into(
     # Without an optimizer to restore into (a user's loop may have none), its saved state is not read.
     saved_optim = saved_tensors(path, layout.OPTIMIZER, manifest, docs) if optimizer is not None else {}
     targets = model_tensors(model)
-    unknown = sorted(set(saved_model) - set(targets))
-    if unknown:
-        raise LoadError(f"checkpoint has tensor {unknown[0]!r}, which this model does not")
-    missing = sorted(set(targets) - set(saved_model))
-    if missing:
-        raise LoadError(f"checkpoint lacks model tensors: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    changed = model_changed(saved_model, {name: h.spec.shape for name, h in targets.items()})
+    if changed is None and optimizer is not None and saved_optim:
+        changed = optimizer_changed(docs[layout.OPTIMIZER_META], optimizer, names, saved_optim)
+    if changed is not None:
+        raise ModelChanged(f"{changed}: {_CHANGED_FIX}")
 
     reader = Reader(path, manifest, io_threads)
     copies: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -243,9 +289,7 @@ def load_into(
     existing = optimizer_tensors(optimizer, names) if optimizer is not None else {}
     optim_state: dict[str, torch.Tensor] = {}
     for name, saved in saved_optim.items():
-        param = by_name.get(name.rsplit(".", 1)[0])
-        if param is None:
-            raise LoadError(f"checkpoint has optimizer state {name!r} for a parameter this model does not have")
+        param = by_name[name.rsplit(".", 1)[0]]
         # State shaped like its parameter is sharded like it; the rest (a step count) is whole.
         start, stop = local_rows(param) if saved.shape == tuple(param.shape) else (0, saved.rows)
         shape = (stop - start, *saved.shape[1:]) if saved.shape else ()

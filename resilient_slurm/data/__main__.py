@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from resilient_slurm.errors import InputError
 from resilient_slurm.exit_codes import ExitCode
 
 def main(argv: list[str]) -> int:
@@ -23,7 +24,7 @@ def main(argv: list[str]) -> int:
         return ExitCode.CONFIG
     try:
         return _tokenize(argv[1:]) if argv[0] == "tokenize" else _prepare(argv[1:])
-    except ValueError as e:  # TokenizeError, TokenDataError, ConfigError, TokenizerError, InputError
+    except InputError as e:  # TokenizeError, TokenDataError, ConfigError, TokenizerError, TextInputError, ...
         for line in str(e).splitlines():
             print(f"resilient_slurm: {argv[0]}: {line}", file=sys.stderr)
         return ExitCode.CONFIG

@@ -18,9 +18,7 @@ from torch import nn
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
 from resilient_slurm.model import parallel
-from resilient_slurm.errors import InputError
 from resilient_slurm.session.distributed import Comm
-from resilient_slurm.data.open import INPUT_ERRORS
 from resilient_slurm.model.decoder import LlamaForCausalLM
 from resilient_slurm.model.pretrained import HFWeights, expected_shapes, identity
 
@@ -38,11 +36,8 @@ def fill_initial(model: nn.Module, cfg: Config) -> None:
     if not cfg.model.pretrained:
         parallel.fill_random(model, cfg.model, cfg.train.seed)
         return
-    try:
-        weights = HFWeights(cfg.model.pretrained)
-        weights.check(expected_shapes(cfg.model))
-    except INPUT_ERRORS as e:
-        raise InputError(str(e)) from None
+    weights = HFWeights(cfg.model.pretrained)
+    weights.check(expected_shapes(cfg.model))
 
     def rows_of(name: str, shape: tuple[int, ...], start: int, stop: int, out: torch.Tensor) -> None:
         if out.device.type == "cpu":
@@ -63,18 +58,17 @@ def base_model(cfg: Config) -> dict[str, Any] | None:
         return None
     if not cfg.model.pretrained:
         return {"path": None, "identity": f"random-init:seed={cfg.train.seed}:std={cfg.model.init_std}"}
-    try:
-        return {"path": cfg.model.pretrained, "identity": identity(cfg.model.pretrained)}
-    except INPUT_ERRORS as e:
-        raise InputError(str(e)) from None
+    return {"path": cfg.model.pretrained, "identity": identity(cfg.model.pretrained)}
 
 
-def lora_record(cfg: Config) -> dict[str, Any] | None:
-    """A LoRA run's adapters as its checkpoints record them; None for a full fine-tune."""
+def lora_stamp(cfg: Config, base: dict[str, Any] | None) -> dict[str, Any]:
+    """What every checkpoint of a LoRA run records of it: its adapters (rank, alpha, dropout,
+    targets) and its base model (`base_model`); nothing for a full fine-tune."""
     lora = cfg.model.lora
     if lora.rank is None:
-        return None
-    return {"rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout, "targets": list(lora.targets)}
+        return {}
+    return {"lora": {"rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout, "targets": list(lora.targets)},
+            "base_model": base}
 
 
 def resume_refusal(train_state: TrainState, cfg: Config, base: dict[str, Any] | None) -> str | None:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.config import Config, SourceConfig, explicit_keys, register_schema, to_config, to_dict
+from resilient_slurm.config import Config, ConfigError, SourceConfig, explicit_keys, register_schema, to_config, to_dict
 from resilient_slurm.data.tokens.token_data import open_token_data
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
@@ -33,7 +33,7 @@ def compose(overrides: list[str]) -> Config:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             composed = hydra_compose("config", overrides=overrides)
     except HydraException as e:
-        raise ValueError(f"{str(e).splitlines()[0]}; check the key=value arguments") from None
+        raise ConfigError(f"{str(e).splitlines()[0]}; check the key=value arguments") from None
     tree = OmegaConf.to_container(composed, resolve=False)
     assert isinstance(tree, dict)
     return to_config({str(k): v for k, v in tree.items() if k != "hydra"}, explicit_keys(overrides),
@@ -57,8 +57,11 @@ def _source(item: str) -> dict[str, Any]:
     for part in item.split(","):
         key, _, value = part.partition("=")
         if key not in fields or not value:
-            raise ValueError(f"--source {item}: {part!r} is not name=..., path=..., weight=... or dtype=...")
-        fields[key] = float(value) if key == "weight" else value
+            raise ConfigError(f"--source {item}: {part!r} is not name=..., path=..., weight=... or dtype=...")
+        try:
+            fields[key] = float(value) if key == "weight" else value
+        except ValueError:
+            raise ConfigError(f"--source {item}: weight={value} is not a number; write weight=0.7") from None
     return fields
 
 
