@@ -272,7 +272,7 @@ def load_into(
     saved_optim = saved_tensors(path, layout.OPTIMIZER, manifest, docs) if optimizer is not None else {}
     targets = model_tensors(model)
     changed = model_changed(saved_model, {name: h.spec.shape for name, h in targets.items()})
-    if changed is None and optimizer is not None and saved_optim:
+    if changed is None and optimizer is not None and layout.OPTIMIZER_META in docs:
         changed = optimizer_changed(docs[layout.OPTIMIZER_META], optimizer, names, saved_optim)
     if changed is not None:
         raise ModelChanged(f"{changed}: {_CHANGED_FIX}")
