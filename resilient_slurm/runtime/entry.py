@@ -31,7 +31,7 @@ from resilient_slurm.config import Config, to_dict
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.session.distributed import RankInfo
 from resilient_slurm.errors import InputError
-from resilient_slurm.session.session import RUN_DIR_ENV, RankContext, RunOutcome, launched
+from resilient_slurm.session.context import RUN_DIR_ENV, RankContext, RunOutcome, launched
 from resilient_slurm.process.signals import StopRequest
 
 

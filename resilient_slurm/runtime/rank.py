@@ -29,7 +29,7 @@ from resilient_slurm.session import rejoin
 from resilient_slurm.session.heartbeat import Heartbeat
 from resilient_slurm.session.logs import setup_logging
 from resilient_slurm.errors import exit_code_for
-from resilient_slurm.session.session import RunOutcome
+from resilient_slurm.session.context import RunOutcome
 from resilient_slurm.process.signals import StopRequest, install_stop_handlers
 from resilient_slurm.process.threads import rank_threads
 

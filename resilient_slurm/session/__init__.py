@@ -5,6 +5,7 @@ Modules, from the session outwards:
     step_record  a step's metrics and data position as JSON holds them; the step line   [pure]
     resume       what a loop registers (checked when registered), and the newest checkpoint loaded into it
     session      the Session: its lifecycle, the agreed stop, saves, ledger, metrics, tracker
+    context      what the launcher hands a user's function's Session, and how the rank ended
     distributed  process group, rank information and the few collectives the loop uses
     heartbeat    the rank's beats to the monitor outside the training processes (UDP)
     watchdog     a thread that catches a hung step and dumps every rank's stacks

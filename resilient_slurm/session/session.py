@@ -24,7 +24,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -49,6 +48,7 @@ from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.rundir.meta import read_identity
 from resilient_slurm.rundir.metrics import MetricsFile
 from resilient_slurm.session import rejoin
+from resilient_slurm.session.context import RUN_DIR_ENV, RankContext, RunOutcome, current
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.session.heartbeat import Heartbeat
 from resilient_slurm.session.logs import setup_logging
@@ -59,59 +59,6 @@ from resilient_slurm.session.watchdog import Watchdog
 from resilient_slurm.tracking import open_tracker
 
 log = logging.getLogger("resilient_slurm")
-
-RUN_DIR_ENV = "RESILIENT_SLURM_RUN_DIR"
-"""Where `Session.from_env` finds the run directory when the launcher did not hand it one."""
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    code: ExitCode
-    step: int | None
-    signal: str | None = None
-    """The stop signal that ended the run (SIGUSR1, ...), if one did."""
-    error: str | None = None
-    """`Type: message` of the exception that ended the run, or why it gave up, if either did."""
-    peer_lost: str | None = None
-    """A peer's death ended it (a collective failed), and this rank may restart in its process."""
-    lost_at: float = 0.0
-    """time.monotonic() when the peer's death was noticed (the teardown counts from there)."""
-
-
-@dataclass(frozen=True)
-class RankContext:
-    """What the launcher already has for the rank it starts a user's function in: a `Session`
-    created in that function takes these instead of building its own."""
-
-    cfg: Config
-    run_dir: Path
-    info: RankInfo
-    stop: StopRequest
-    context: dict[str, Any] = field(default_factory=dict)
-    on_hang: Callable[[int, str], None] | None = None
-    outcomes: list[RunOutcome] = field(default_factory=list)
-    """Where the session leaves how it ended, for the launcher's recovery decision."""
-
-
-_launched: list[RankContext] = []
-
-
-def launched(ctx: RankContext) -> _Installed:
-    """`with launched(ctx): user_function(...)`: sessions made inside take `ctx`."""
-    return _Installed(ctx)
-
-
-class _Installed:
-    def __init__(self, ctx: RankContext) -> None:
-        self.ctx = ctx
-
-    def __enter__(self) -> RankContext:
-        _launched.append(self.ctx)
-        return self.ctx
-
-    def __exit__(self, *exc: object) -> None:
-        _launched.remove(self.ctx)
-
 
 class Session:
     """One rank's resilience. Use it as a context manager (`with Session.from_env(...) as s:`), or,
@@ -166,7 +113,7 @@ class Session:
         `data_state` is the data position: an object with `state_dict()` and `load_state_dict()`,
         or a dict, saved as JSON. What cannot be saved is refused here, in one line (an InputError)."""
         state = Registered(model, optimizer, scheduler, data_state)
-        ctx = _launched[-1] if _launched else None
+        ctx = current()
         if ctx is not None:
             cfg, path, info, stop, context, on_hang = ctx.cfg, ctx.run_dir, ctx.info, ctx.stop, ctx.context, ctx.on_hang
         else:

@@ -45,7 +45,7 @@ def parts() -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.
     g = torch.Generator().manual_seed(SEED)
     x = torch.randn(SAMPLES, 16, generator=g)
     y = (x @ torch.randn(16, 4, generator=g)).argmax(-1)
-    sampler = DistributedSampler(TensorDataset(x, y), shuffle=True, seed=SEED)
+    sampler: DistributedSampler = DistributedSampler(TensorDataset(x, y), shuffle=True, seed=SEED)
     loader = DataLoader(sampler.dataset, batch_size=MICRO_BATCH, sampler=sampler, drop_last=True,
                         generator=torch.Generator())
     return model, opt, sched, loader
@@ -130,12 +130,12 @@ def _wait_for_the_stop_signal() -> None:
     """The steps take a millisecond: the test's signal must find the loop at a known step. Every rank
     waits on its own stop request (the launcher's, which the Session's handlers set), after rank 0
     told the test where they stand."""
-    from resilient_slurm.session.session import _launched
+    from resilient_slurm.session.context import current
 
     dist.barrier()
     if dist.get_rank() == 0:
         Path(os.environ[PAUSED]).touch()
-    while not _launched[-1].stop.requested:
+    while not current().stop.requested:  # type: ignore[union-attr]
         time.sleep(0.01)
 
 

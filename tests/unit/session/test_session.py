@@ -27,7 +27,8 @@ from resilient_slurm.launch.prepare import prepare
 from resilient_slurm.ledger import Kind, read_events
 from resilient_slurm.process.signals import StopRequest
 from resilient_slurm.session.distributed import RankInfo
-from resilient_slurm.session.session import RankContext, Session, launched
+from resilient_slurm.session.context import RankContext, launched
+from resilient_slurm.session.session import Session
 from tests.single_rank import one_rank
 
 
