@@ -20,7 +20,7 @@ class TrainState:
     train_seconds: float = 0.0
     """Seconds spent in steps (not in saves, evaluations or restarts), summed over attempts."""
     reason: str = ""
-    """Why the save was made: periodic, time, emergency, final, pause, memory."""
+    """Why the save was made: periodic, time, emergency, final, pause, memory, eval, requested (a loop's `save`)."""
     saved_at: str = ""
     world_size: int = 1
     run_id: str = ""
