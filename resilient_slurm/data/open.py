@@ -20,11 +20,13 @@ from resilient_slurm.rundir import RunDir
 from resilient_slurm.session.distributed import Comm
 
 
-def open_pipeline(cfg: Config, run_dir: Path, comm: Comm) -> ChatPipeline | TokenPipeline:
-    """The run's data and its sampler for this rank: chat rows, or a token mixture (data.kind=tokens)."""
+def open_pipeline(cfg: Config, run_dir: Path, comm: Comm, dp_rank: int, dp_size: int) -> ChatPipeline | TokenPipeline:
+    """The run's data and its sampler for this rank: chat rows, or a token mixture (data.kind=tokens).
+    The sampler hands out the rows of data-parallel group `dp_rank` of `dp_size`: the tensor and
+    pipeline ranks of one group read the same rows, so a layout change does not change the data."""
     if cfg.data.kind == "tokens":
-        return TokenPipeline(cfg, open_token_data(cfg, run_dir, comm.rank), comm.rank, comm.world_size)
-    return ChatPipeline(cfg, open_data(cfg, run_dir, comm), comm.rank, comm.world_size)
+        return TokenPipeline(cfg, open_token_data(cfg, run_dir, comm.rank), dp_rank, dp_size)
+    return ChatPipeline(cfg, open_data(cfg, run_dir, comm), dp_rank, dp_size)
 
 
 def open_data(cfg: Config, run_dir: Path, comm: Comm) -> ChatData:
