@@ -60,6 +60,7 @@ from resilient_slurm.tracking import open_tracker
 
 log = logging.getLogger("resilient_slurm")
 
+
 class Session:
     """One rank's resilience. Use it as a context manager (`with Session.from_env(...) as s:`), or,
     as the built-in trainer does, through `start()` and `close(code)`."""
