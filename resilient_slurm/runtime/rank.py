@@ -27,7 +27,7 @@ from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.session import rejoin
 from resilient_slurm.session.heartbeat import Heartbeat
-from resilient_slurm.session.logs import setup_logging
+from resilient_slurm.session.logs import LOG_ONLY, setup_logging
 from resilient_slurm.errors import exit_code_for
 from resilient_slurm.session.context import RunOutcome
 from resilient_slurm.process.signals import StopRequest, install_stop_handlers
@@ -59,7 +59,7 @@ def run(
     torch.set_num_threads(threads)
     if me.rank == 0:
         log.info("%d CPU thread(s) per rank (train.threads=%d; OMP_WAIT_POLICY=%s)", threads, cfg.train.threads,
-                 os.environ.get("OMP_WAIT_POLICY", "unset"))
+                 os.environ.get("OMP_WAIT_POLICY", "unset"), extra=LOG_ONLY)
     if cfg.entry:
         return _guarded(lambda: _entry(cfg, run_dir, me, context or {}, stop, on_hang), events, me)
     while True:
@@ -96,10 +96,16 @@ def _guarded(body: Callable[[], RunOutcome], events: EventLog, info: RankInfo) -
         bad_input = code == ExitCode.CONFIG
         events.emit(ledger.Crash(error=error, traceback="" if bad_input else traceback.format_exc(limit=8)), None)
         if not bad_input:
-            log.exception("rank %d crashed", info.rank)
+            _log_crash(info.rank, e)
         elif info.rank == 0:
             print(f"resilient_slurm: {e}", file=sys.stderr, flush=True)
         return RunOutcome(code, None, error=error)
+
+
+def _log_crash(rank: int, error: Exception) -> None:
+    """The traceback in the rank's log; on the console too unless a peer's death caused it (the
+    launcher names the rank that died, in one line)."""
+    log.exception("rank %d crashed", rank, extra=LOG_ONLY if rejoin.peer_gone(error) else None)
 
 
 def _entry(cfg: Config, run_dir: Path, info: RankInfo, context: dict[str, Any], stop: StopRequest,
@@ -137,7 +143,7 @@ def _train(cfg: Config, run_dir: Path, info: RankInfo, events: EventLog, stop: S
         if trainer is None:
             raise
         events.emit(ledger.Crash(error=error, traceback=traceback.format_exc(limit=8)), step)
-        log.exception("rank %d crashed", info.rank)
+        _log_crash(info.rank, e)
         return RunOutcome(ExitCode.FAILED, step, error=error)
     finally:
         if trainer is not None:
