@@ -148,6 +148,8 @@ class SpreadResume:
                 touched = True
                 result, reason = load.load_into(path, manifest, self.rank, model, optimizer, scheduler,
                                                 self.io_threads), "ok"
+            except load.ModelChanged as e:  # the model's code changed: the user's to fix, nothing to skip
+                reason = refused = str(e)
             except (LoadError, FormatError, ValueError, KeyError, OSError) as e:
                 reason = str(e)
             result, reason = load.held_somewhere(self.comm, result, reason)

@@ -10,6 +10,7 @@ at once, each as one line naming the key and the fix: each section checks its ow
 Modules, one per section, then the whole:
     checks      ConfigError, the problem collector, plain names, flatten                [pure]
     run         run.*: experiments root, run name, fork, baseline, required keys        [pure]
+    families    the model families the decoder builds: one catalog, as data             [pure]
     model       model.*: dimensions, pretrained directory, LoRA                         [pure]
     data        data.*: the data, its batches                                           [pure]
     train       optim.* and train.*                                                     [pure]
@@ -50,7 +51,7 @@ from resilient_slurm.config.data import LOSS_MODES, DataConfig, SourceConfig
 from resilient_slurm.config.faults import FaultConfig
 from resilient_slurm.config.harness import HarnessConfig
 from resilient_slurm.config.model import DTYPES, FAMILIES, LORA_TARGETS, LoRAConfig, ModelConfig
-from resilient_slurm.config.monitor import FINDINGS, HealthConfig, MonitorConfig
+from resilient_slurm.config.monitor import FINDINGS, FindingKind, HealthConfig, MonitorConfig
 from resilient_slurm.config.run import RunConfig
 from resilient_slurm.config.parallel import MESH_DIMS, PP_SCHEDULES, Coords, Layout, ParallelConfig
 from resilient_slurm.config.schema import PLACEMENT_PREFIXES, Config, layout, train_steps, validate
@@ -62,7 +63,7 @@ __all__ = [
     "DTYPES", "FAMILIES", "MESH_DIMS", "PP_SCHEDULES", "Coords", "Layout", "ParallelConfig", "layout", "FINDINGS", "LORA_TARGETS", "LOSS_MODES", "PLACEMENT_PREFIXES", "PRUNERS", "SAMPLERS", "SCHEDULERS",
     "TRACKING_BACKENDS",
     "TRACKING_MODES", "Adjustment", "CheckpointConfig", "ClusterConfig", "ColdTierConfig", "Config", "ConfigError",
-    "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "HarnessConfig", "HealthConfig", "LoRAConfig", "MemoryTierConfig", "ModelConfig",
+    "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "FindingKind", "HarnessConfig", "HealthConfig", "LoRAConfig", "MemoryTierConfig", "ModelConfig",
     "MonitorConfig", "OptimConfig", "RunConfig", "SourceConfig", "SweepConfig", "TrackingConfig", "TrainConfig", "driven",
     "explicit_keys", "fit_warmup", "flatten", "min_nodes", "register_schema", "to_config", "to_dict", "train_steps", "validate",
     "world_size",

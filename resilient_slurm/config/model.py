@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from resilient_slurm.config.families import FAMILIES as CATALOG
 from resilient_slurm.config.checks import Problems
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """The linear layers of a Llama decoder layer (Hugging Face names): what LoRA can adapt."""
 DTYPES = ("float32", "bfloat16")
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
-"""Model families the decoder builds (config.json's model_type); model/families.py says how each differs."""
+FAMILIES = tuple(CATALOG)
+"""Model families the decoder builds (config.json's model_type): config/families.py says how each differs."""
 
 
 @dataclass

@@ -3,11 +3,34 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from resilient_slurm.config.checks import Problems
 
-FINDINGS = ("loss_nan", "loss_spike", "loss_plateau", "grad_explosion", "grad_vanishing", "throughput_drop",
-            "slow_rank", "data_stall", "gpu_underutilized", "gpu_hot", "gpu_memory_full", "gpu_ecc", "memory_leak")
+
+class FindingKind(str, Enum):
+    """What the in-training monitor can find (monitor/detectors.py), as `monitor.rollback_on` and the
+    ledger's anomaly events spell it: one catalog for the detectors and the config."""
+
+    LOSS_NAN = "loss_nan"
+    LOSS_SPIKE = "loss_spike"
+    LOSS_PLATEAU = "loss_plateau"
+    GRAD_EXPLOSION = "grad_explosion"
+    GRAD_VANISHING = "grad_vanishing"
+    THROUGHPUT_DROP = "throughput_drop"
+    SLOW_RANK = "slow_rank"
+    DATA_STALL = "data_stall"
+    GPU_UNDERUTILIZED = "gpu_underutilized"
+    GPU_HOT = "gpu_hot"
+    GPU_MEMORY_FULL = "gpu_memory_full"
+    GPU_ECC = "gpu_ecc"
+    MEMORY_LEAK = "memory_leak"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FINDINGS = tuple(k.value for k in FindingKind)
 
 
 @dataclass
@@ -59,7 +82,7 @@ class MonitorConfig:
     heartbeat_phase_s: float = 600.0
     """How long a phase that announces itself may stay silent: the start and the first step, a
     resume's load, a save, an evaluation, the export."""
-    rollback_on: list[str] = field(default_factory=lambda: ["loss_nan", "loss_spike"])
+    rollback_on: list[str] = field(default_factory=lambda: [FindingKind.LOSS_NAN.value, FindingKind.LOSS_SPIKE.value])
     """Findings that roll back to the checkpoint before the anomaly and skip its data window."""
     max_rollbacks: int = 3
     """Rollbacks per run; one more anomaly after that stops the run (do not requeue)."""

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from resilient_slurm.errors import InputError
 
-class UsageError(ValueError):
+
+class UsageError(InputError):
     """The command line itself is wrong; one line naming the argument and the fix."""
 
 

@@ -76,8 +76,11 @@ class Stop(Details):
     reason: str
     checkpoint: str | None
     data: dict[str, Any] | None = None
-    """Where each source of a token mixture stands (its file, the offset in it, its epoch): the
-    current data shard the emergency checkpoint resumes at."""
+    """Where the data stands, as the data position's own `describe()` says: for a token mixture, each
+    source's file, the offset in it and its epoch (the current data shard the emergency checkpoint
+    resumes at)."""
+    total_steps: int | None = None
+    """The run's length, as the loop gave it (`Session.steps(n)`, the built-in trainer's own)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +173,8 @@ class StacksDumped(Details):
 class Finish(Details):
     KIND = Kind.FINISH
     tokens_seen: int
+    total_steps: int | None = None
+    """The run's length, as the loop gave it (`Session.steps(n)`, the built-in trainer's own)."""
 
 
 @dataclass(frozen=True, kw_only=True)

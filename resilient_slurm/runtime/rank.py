@@ -28,8 +28,8 @@ from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.session import rejoin
 from resilient_slurm.session.heartbeat import Heartbeat
 from resilient_slurm.session.logs import LOG_ONLY, setup_logging
-from resilient_slurm.errors import InputError
-from resilient_slurm.session.session import RunOutcome
+from resilient_slurm.errors import exit_code_for
+from resilient_slurm.session.context import RunOutcome
 from resilient_slurm.process.signals import StopRequest, install_stop_handlers
 from resilient_slurm.process.threads import rank_threads
 
@@ -91,17 +91,15 @@ def _guarded(body: Callable[[], RunOutcome], events: EventLog, info: RankInfo) -
     """`body`'s outcome; an exception it lets out recorded in the ledger and ended as an exit status."""
     try:
         return body()
-    except InputError as e:
-        error = f"{type(e).__name__}: {e}"
-        events.emit(ledger.Crash(error=error, traceback=""), None)
-        if info.rank == 0:
-            print(f"resilient_slurm: {e}", file=sys.stderr, flush=True)
-        return RunOutcome(ExitCode.CONFIG, None, error=error)
     except Exception as e:  # noqa: BLE001 - recorded in the ledger, then reported by exit status
-        error = f"{type(e).__name__}: {e}"
-        events.emit(ledger.Crash(error=error, traceback=traceback.format_exc(limit=8)), None)
-        _log_crash(info.rank, e)
-        return RunOutcome(ExitCode.FAILED, None, error=error)
+        code, error = exit_code_for(e), f"{type(e).__name__}: {e}"
+        bad_input = code == ExitCode.CONFIG
+        events.emit(ledger.Crash(error=error, traceback="" if bad_input else traceback.format_exc(limit=8)), None)
+        if not bad_input:
+            _log_crash(info.rank, e)
+        elif info.rank == 0:
+            print(f"resilient_slurm: {e}", file=sys.stderr, flush=True)
+        return RunOutcome(code, None, error=error)
 
 
 def _log_crash(rank: int, error: Exception) -> None:
@@ -133,10 +131,10 @@ def _train(cfg: Config, run_dir: Path, info: RankInfo, events: EventLog, stop: S
         code = trainer.run()
         return RunOutcome(code, trainer.step, stop.signal_name if code == ExitCode.RESUME else None,
                           error=trainer.gave_up)
-    except InputError:
-        code = ExitCode.CONFIG
-        raise
     except Exception as e:  # noqa: BLE001 - recorded with its step, then reported by exit status
+        code = exit_code_for(e)
+        if code == ExitCode.CONFIG:
+            raise  # bad input: `_guarded` says so in one line
         error = f"{type(e).__name__}: {e}"
         step = trainer.step if trainer is not None else None
         if os.environ.get(rejoin.REJOIN_ENV) == "1" and rejoin.peer_gone(e):

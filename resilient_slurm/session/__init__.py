@@ -1,7 +1,11 @@
 """The resilience layer of one rank, for any training loop: the built-in trainer's and a user's own.
 
 Modules, from the session outwards:
-    session      the Session: agreed stop, saves, resume, ledger, metrics, tracker
+    step_sync    what every rank agrees at the end of a step, and where the loop stands  [pure]
+    step_record  a step's metrics and data position as JSON holds them; the step line   [pure]
+    resume       what a loop registers (checked when registered), and the newest checkpoint loaded into it
+    session      the Session: its lifecycle, the agreed stop, saves, ledger, metrics, tracker
+    context      what the launcher hands a user's function's Session, and how the rank ended
     distributed  process group, rank information and the few collectives the loop uses
     heartbeat    the rank's beats to the monitor outside the training processes (UDP)
     watchdog     a thread that catches a hung step and dumps every rank's stacks

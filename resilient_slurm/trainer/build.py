@@ -9,7 +9,6 @@ LoRA run, a checkpoint of another base model or of a full fine-tune (`resume_ref
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,10 +18,8 @@ from resilient_slurm.checkpoint.dcp_io import fill_model
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
 from resilient_slurm.parallel import fsdp
-from resilient_slurm.errors import InputError
 from resilient_slurm.session.distributed import Comm
 from resilient_slurm.parallel.mesh import ParallelMesh
-from resilient_slurm.data.open import INPUT_ERRORS
 from resilient_slurm.model.decoder import LlamaForCausalLM
 from resilient_slurm.model.pretrained import HFWeights, expected_shapes, identity
 
@@ -47,11 +44,8 @@ def fill_initial(model: nn.Module, cfg: Config) -> None:
     if not cfg.model.pretrained:
         fsdp.fill_random(model, cfg.model, cfg.train.seed)
         return
-    try:
-        weights = HFWeights(cfg.model.pretrained)
-        weights.check(expected_shapes(cfg.model))
-    except INPUT_ERRORS as e:
-        raise InputError(str(e)) from None
+    weights = HFWeights(cfg.model.pretrained)
+    weights.check(expected_shapes(cfg.model))
 
     def box_of(name: str, shape: tuple[int, ...], offset: tuple[int, ...], out: torch.Tensor) -> None:
         if out.device.type == "cpu":
@@ -72,18 +66,17 @@ def base_model(cfg: Config) -> dict[str, Any] | None:
         return None
     if not cfg.model.pretrained:
         return {"path": None, "identity": f"random-init:seed={cfg.train.seed}:std={cfg.model.init_std}"}
-    try:
-        return {"path": cfg.model.pretrained, "identity": identity(cfg.model.pretrained)}
-    except INPUT_ERRORS as e:
-        raise InputError(str(e)) from None
+    return {"path": cfg.model.pretrained, "identity": identity(cfg.model.pretrained)}
 
 
-def lora_record(cfg: Config) -> dict[str, Any] | None:
-    """A LoRA run's adapters as its checkpoints record them; None for a full fine-tune."""
+def lora_stamp(cfg: Config, base: dict[str, Any] | None) -> dict[str, Any]:
+    """What every checkpoint of a LoRA run records of it: its adapters (rank, alpha, dropout,
+    targets) and its base model (`base_model`); nothing for a full fine-tune."""
     lora = cfg.model.lora
     if lora.rank is None:
-        return None
-    return {"rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout, "targets": list(lora.targets)}
+        return {}
+    return {"lora": {"rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout, "targets": list(lora.targets)},
+            "base_model": base}
 
 
 def resume_refusal(train_state: TrainState, cfg: Config, base: dict[str, Any] | None) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import torch
 
 from resilient_slurm import ledger
 from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.state import reseed_rng
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config, train_steps
 from resilient_slurm.data.batches import Batch
@@ -41,7 +43,9 @@ from resilient_slurm.trainer.evaluation import Evaluator
 from resilient_slurm.trainer.faults import FaultInjector
 from resilient_slurm.trainer.oom import StepOutOfMemory, rss_bytes
 from resilient_slurm.trainer.optim import apply_hyperparameters, build_optimizer, build_scheduler
-from resilient_slurm.session.session import Session, StepSync
+from resilient_slurm.session.resume import Registered
+from resilient_slurm.session.session import Session
+from resilient_slurm.session.step_sync import StepSync
 from resilient_slurm.process.signals import StopRequest
 from resilient_slurm.trainer.step import StepResult, StepRunner
 from resilient_slurm.tracking import Table
@@ -80,8 +84,10 @@ class Trainer:
                                  documents=self.pipeline.documents, counts_data=place.counts_data,
                                  vocab_parallel=self.mesh.tp is not None)
         self.sampler = self.pipeline.sampler
-        self.session = Session(cfg, run_dir, comm, stop, events, model=self.model, optimizer=self.optimizer,
-                               scheduler=self.scheduler, train_fields=self._train_fields,
+        # The pipeline is the data position, registered as a user's loop registers its own.
+        self.session = Session(cfg, run_dir, comm, stop, events,
+                               Registered(self.model, self.optimizer, self.scheduler, self.pipeline),
+                               stamp=build.lora_stamp(cfg, self.base), total_steps=self.steps,
                                refusal=lambda ts: build.resume_refusal(ts, cfg, self.base),
                                reinitialise=self._reinitialise, on_hang=on_hang)
         history = read_events(self.session.paths.events)
@@ -102,7 +108,7 @@ class Trainer:
 
     @property
     def step(self) -> int:
-        return self.session.progress.step
+        return self.session.step
 
     def run(self) -> ExitCode:
         cfg, comm, s = self.cfg, self.comm, self.session
@@ -111,6 +117,7 @@ class Trainer:
         s.start(data=self.pipeline.record())
         if comm.rank == 0:
             self.events.emit(self.pipeline.ready(), 0)
+        self._seed()
         restored = s.resume()
         if restored is not None:
             self._restore(restored)
@@ -144,7 +151,7 @@ class Trainer:
         cfg, s = self.cfg, self.session
         step = self.step + 1
         start = time.perf_counter()
-        position = self.sampler.state.samples_consumed
+        position = self.pipeline.position
         try:
             batch = self.sampler.next_batch()
         except SourceExhausted as e:  # data.on_exhausted=stop: the run ends, finished, at the last full step
@@ -179,16 +186,16 @@ class Trainer:
         """`eval.harness`: the checkpoint of `step` is evaluated by a job of its own while training
         goes on; the save is made here (every rank) when no policy made one at this step."""
         s = self.session
-        if s.checkpointer.clock.last_save_step != step:
+        if not s.saved(step):
             s.save(step, "eval")
-        self.benchmarks.launch(step, s.checkpointer.root)
+        self.benchmarks.launch(step, s.checkpoint_root)
 
     def _observe(self, step: int, result: StepResult, step_s: float, synced: StepSync) -> list[Finding]:
         assert self.monitor is not None
         every = self.cfg.monitor.rss_every_steps
         return self.monitor.observe(Observation(
             step, result.loss, result.grad_norm, result.tokens / step_s, self.cfg.data.global_batch_size / step_s,
-            synced.compute_s, synced.wait_s, dict(self.session.gpu.latest),
+            synced.compute_s, synced.wait_s, self.session.gpu,
             rss_bytes() / 2**20 if every and step % every == 0 else None))
 
     def _train(self, step: int, position: int, batch: list[Batch], poison: bool) -> StepResult | None:
@@ -196,8 +203,7 @@ class Trainer:
         memory and a smaller one can help. None: it cannot, and the run gives up."""
         while True:
             try:
-                return self.runner.step(batch, poison=poison, progress=lambda: self.session.heartbeat.beat(
-                    step, "micro_batch"))
+                return self.runner.step(batch, poison=poison, progress=lambda: self.session.beat(step, "micro_batch"))
             except StepOutOfMemory as oom:
                 if not self._out_of_memory(step, oom):
                     return None
@@ -255,35 +261,29 @@ class Trainer:
 
     def _rollback(self, anomaly_step: int, reason: str) -> None:
         """Back to the newest checkpoint before the anomaly, past the data window that led to it."""
-        cfg, comm, s = self.cfg, self.comm, self.session
-        restored = s.load_newest(before_step=anomaly_step)
-        if restored is None:
-            s.progress.step = s.progress.tokens_seen = 0
-            s.progress.train_seconds = 0.0
-            self.pipeline.restore(None)
+        cfg, comm = self.cfg, self.comm
+        restored = self.session.rollback(anomaly_step)  # the data position with it, when it has one
+        if restored is None:  # a fresh start: the data's, and the generators' seeds
+            self.pipeline.reset()
+            self._seed()
         else:
-            s.progress.step = restored.train_state.step
-            s.progress.tokens_seen, s.progress.train_seconds = restored.train_state.tokens_seen, \
-                restored.train_state.train_seconds
             self._restore(restored.train_state)
         checkpoint = str(restored.path) if restored else None
         self.rollbacks += 1
         g = cfg.data.global_batch_size
         restored_step = self.step
         skip = max(cfg.monitor.rollback_skip_batches, anomaly_step - restored_step)
-        first = self.sampler.state.samples_consumed
-        self.sampler.state.samples_consumed = first + skip * g
+        first, skipped = self.pipeline.skip(skip)
         if cfg.monitor.rollback_lr_factor != 1.0:
             # The scheduler's base LRs are saved with every checkpoint, so the lower LR persists.
             self.scheduler.base_lrs = [lr * cfg.monitor.rollback_lr_factor for lr in self.scheduler.base_lrs]
             for group in self.optimizer.param_groups:
                 group["lr"] *= cfg.monitor.rollback_lr_factor
-        s.rewind(restored_step)
         if comm.rank == 0:
             self.events.emit(ledger.Rollback(
                 reason=reason, anomaly_step=anomaly_step, checkpoint=checkpoint,
                 skipped_batches=skip, skipped_positions=[first, first + skip * g],
-                skipped_samples=self.sampler.stream.indices(first, skip * g), lr_scale=cfg.monitor.rollback_lr_factor,
+                skipped_samples=skipped, lr_scale=cfg.monitor.rollback_lr_factor,
             ), restored_step)
             log.warning("rolled back from step %d to %d, skipping %d batches: %s", anomaly_step, restored_step,
                         skip, reason)
@@ -295,29 +295,24 @@ class Trainer:
         self.scheduler.load_state_dict(
             build_scheduler(self.optimizer, self.cfg.optim, self.steps).state_dict())
 
+    def _seed(self) -> None:
+        """The trainer's own seeding, at a fresh start: every generator, differently on each rank,
+        from train.seed (a resume then restores each rank's saved states)."""
+        reseed_rng(zlib.crc32(f"{self.cfg.train.seed}:{self.comm.rank}".encode()))
+
     def _restore(self, ts: TrainState) -> None:
-        for event in self.pipeline.restore(ts):
+        """After the session restored the checkpoint (the data position with it): what it began, and
+        the run's own hyperparameters."""
+        for event in self.pipeline.take_events():
             if self.comm.rank == 0:
                 self.events.emit(event, ts.step)
-        if ts.config_hash != self.session.identity["config_hash"]:
+        if ts.config_hash != self.session.config_hash:
             # Saved before a recorded config change (launch.prepare.AllowedChange), or by another run (a PBT
             # member's copied checkpoint): the run's own hyperparameters win over the restored ones.
             apply_hyperparameters(self.optimizer, self.scheduler, self.cfg.optim)
 
-    def _train_fields(self) -> dict[str, Any]:
-        """What train_state.json holds of this trainer: the data position and the batch it was cut into."""
-        fields: dict[str, Any] = {
-            "epoch": self.sampler.epoch, "samples_consumed": self.sampler.state.samples_consumed,
-            "global_batch_size": self.cfg.data.global_batch_size, "micro_batch_size": self.sampler.micro_batch_size,
-            **self.pipeline.position(),
-        }
-        lora = build.lora_record(self.cfg)
-        if lora is not None:
-            fields.update(lora=lora, base_model=self.base)
-        return fields
-
     def _log(self, step: int, r: StepResult, step_s: float, wait_s: float, position: int) -> None:
-        data_row, crossed = self.pipeline.advanced(position, self.sampler.state.samples_consumed)
+        data_row, crossed = self.pipeline.advanced(position, self.pipeline.position)
         if self.comm.rank == 0:
             for event in crossed:
                 self.events.emit(event, step)
@@ -325,21 +320,18 @@ class Trainer:
             "epoch": self.sampler.epoch, "loss": r.loss, "lr": r.lr, "grad_norm": r.grad_norm,
             "tokens": r.tokens, "tokens_per_s": r.tokens / step_s,
             "samples_per_s": self.cfg.data.global_batch_size / step_s, "step_seconds": step_s,
-            "data_wait_s": wait_s, **data_row, **{f"gpu_{k}": v for k, v in self.session.gpu.latest.items()},
+            "data_wait_s": wait_s, **data_row, **{f"gpu_{k}": v for k, v in self.session.gpu.items()},
         }
         if self.evaluator.due(step):
             self.session.announce("eval")
             row.update(self._evaluate(step))
-        self.session.log(step, row)
-        if self.comm.rank == 0 and (step % self.cfg.train.log_every_steps == 0 or step == 1):
-            log.info("step %d/%d | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s",
-                     step, self.steps, r.loss, r.lr, r.grad_norm, r.tokens / step_s)
+        self.session.log(step, row)  # and the step line, at train.log_every_steps
 
     def _evaluate(self, step: int) -> dict[str, Any]:
         """Every rank evaluates its share; rank 0 gets the totals and the sample predictions."""
         result = self.evaluator.run(step)
         for metric, predictions in result.predictions.items():
-            self.session.tracker.log(step, {f"eval/{metric}_predictions": Table(
+            self.session.track(step, {f"eval/{metric}_predictions": Table(
                 ["step", "prompt", "target", "prediction", "correct"],
                 [[step, q.prompt, q.target, q.prediction, q.correct] for q in predictions],
             )})
@@ -351,7 +343,7 @@ class Trainer:
     def _export(self) -> None:
         """Rank 0 writes the finished model to `hf/` from the final checkpoint, streaming: in Hugging
         Face layout (bf16), or a LoRA run's PEFT adapter (fp32); a finish that runs again replaces it."""
-        path = self.session.checkpointer.root / layout.step_dir_name(self.step)
+        path = self.session.checkpoint_root / layout.step_dir_name(self.step)
         if self.comm.rank != 0 or not (path / layout.MANIFEST).is_file():
             return
         out = self.session.paths.hf
@@ -370,6 +362,6 @@ class Trainer:
         step, s = self.step, self.session
         s.save(step, "pause")
         if self.comm.rank == 0:
-            self.events.emit(ledger.Paused(saved=s.checkpointer.committed_step == step), step)
+            self.events.emit(ledger.Paused(saved=s.committed_step == step), step)
             log.info("paused at step %d (train.pause_at_step); launch again to continue", step)
         return ExitCode.RESUME

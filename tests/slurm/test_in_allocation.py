@@ -221,7 +221,7 @@ def test_two_failures_with_one_spare_shrink_to_one_node_with_the_same_global_bat
     assert_bit_identical(final_tensors(ref, 175), final_tensors(rdir, 175))
     for step in (175, 200):
         state = json.loads((rdir / "checkpoints" / f"step_{step:08d}" / "train_state.json").read_text())
-        assert state["samples_consumed"] == step * 4 and state["world_size"] == (2 if step == 175 else 1)
+        assert state["data_state"]["samples_consumed"] == step * 4 and state["world_size"] == (2 if step == 175 else 1)
     twin = continued(ref, 175, tmp_path / "twin", (1, 0))
     assert_bit_identical(final_tensors(twin), final_tensors(rdir))
 
@@ -259,7 +259,7 @@ def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_se
     assert (resumed[1].details.saved_world_size, resumed[2].details.saved_world_size) == (2, 1)
     for step, world_size in ((shrunk_at, 2), (grown_at, 1), (200, 2)):
         state = json.loads((rdir / "checkpoints" / f"step_{step:08d}" / "train_state.json").read_text())
-        assert (state["samples_consumed"], state["world_size"]) == (step * 4, world_size), step
+        assert (state["data_state"]["samples_consumed"], state["world_size"]) == (step * 4, world_size), step
     # From the checkpoint it shrank with (the tests above check the state a run shrinks with), on
     # one rank until it grew back and on two after it: the models of a local run resized there.
     twin = continued(rdir, shrunk_at, tmp_path / "twin", (1, grown_at), (2, 0), overrides=KEEP_EVERY_CHECKPOINT)

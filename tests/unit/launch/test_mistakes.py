@@ -43,6 +43,10 @@ MISTAKES = [
     ([T, "+foo=1"], CE + "foo: not a config key; python -m resilient_slurm.launch --help lists the keys"),
     ([T, "entry=own_loop.train:main", "steps=3"], CE + "steps: not a config key; write +steps=3 to add a key of your "
                                                       "own"),
+    (["entry=own_loop.train:main", "+own=default"], CE + "+own=default: no config group own/ on the search path, so "
+                                                         "own would be the string 'default'; pass --config-dir DIR "
+                                                         "with own/default.yaml in it, or quote the value "
+                                                         "(+own='default') if you mean the string"),
     ([T, "cluster.sbatch_extra.qos=high"], CE + "cluster.sbatch_extra.qos: a new entry of cluster.sbatch_extra; write "
                                                 "+cluster.sbatch_extra.qos=high"),
     ([T, "optim.lr=1e-3", "optim.lrr=1e-3", "train.max_stepz=3"],
