@@ -152,7 +152,7 @@ class SpreadResume:
                 reason = refused = str(e)
             except (LoadError, FormatError, ValueError, KeyError, OSError) as e:
                 reason = str(e)
-            result, reason = load.held_somewhere(self.comm, result, reason)
+            result, reason, refused = load.held_somewhere(self.comm, result, reason, refused)
             outcomes = self.comm.all_gather_object((result is not None, reason, refused))
             _raise_refused(path, outcomes)
             if all(ok for ok, _, _ in outcomes):
@@ -257,7 +257,7 @@ class SpreadResume:
             path = self.root / layout.step_dir_name(step)
             result, reason, _, refused = load.attempt(path, self.rank, model, optimizer, scheduler, self.io_threads,
                                                       refusal)
-            result, reason = load.held_somewhere(self.comm, result, reason)
+            result, reason, refused = load.held_somewhere(self.comm, result, reason, refused)
             outcomes = self.comm.all_gather_object((result is not None, reason, refused))
             _raise_refused(path, outcomes)
             if all(ok for ok, _, _ in outcomes):

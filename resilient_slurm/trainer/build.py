@@ -9,6 +9,7 @@ LoRA run, a checkpoint of another base model or of a full fine-tune (`resume_ref
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
