@@ -225,7 +225,8 @@ class Reader:
         """Overlaps through scratch, SCRATCH_BYTES at a time: read their runs, copy them out."""
         pending = [(rel, p) for rel in rels for p in self.files[rel].pieces]
         while pending:
-            batch, size = [], 0
+            batch: list[tuple[str, _Piece]] = []
+            size = 0
             while pending and (not batch or size + pending[0][1].nbytes <= SCRATCH_BYTES):
                 batch.append(pending.pop(0))
                 size += batch[-1][1].nbytes

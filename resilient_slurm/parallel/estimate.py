@@ -11,10 +11,10 @@ Per rank, for the rank that holds the most (the first of every ceil-divided shar
     each RMSNorm: its float32 input (4h), the normalised input in e (e*h), its rsqrt (4), and its
       output in e when the next op needs it (the q/k/v and gate/up matmuls: e*h);
     attention: q, k and v after the rotary embedding and the GQA repeat (3*e*q), the output (e*q),
-      the log-sum-exp (4 per head); the output feeds o_proj as a view; Qwen3's q/k norms add
+      the log-sum-exp (4 per head); o_proj's input is the output's view; Qwen3's q/k norms add
       (4 + e) per element of q and k and 4 per head; document masks add SDPA's additive s x s mask
       in e, in every layer (e*s per token);
-    the MLP: gate, silu(gate), up and their product (4*e*f);
+    the MLP: gate, silu(gate), up and their product, down_proj's input (4*e*f);
     with activation checkpointing a layer keeps only its input (e*h), and the layer in its backward
       is recomputed whole;
     once per forward: the final norm, the log-probabilities in float32 (4*V), the rotary tables
@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from resilient_slurm.config import Config, Layout, ModelConfig
+from resilient_slurm.config import Config, Layout, ModelConfig, layout
 
 FP32 = 4
 ADAM_MOMENTS = 2
@@ -156,24 +156,37 @@ class ActivationBytes:
         return self.layers * self.layer + self.once
 
 
-def _norm(h: int, e: int, t: int) -> float:
-    """An RMSNorm's saved bytes per token (the module docstring), output excluded."""
-    return (FP32 * h + e * h + FP32) / t
+def _norm(h: int, e: int, t: int, trainable: bool) -> float:
+    """An RMSNorm's saved bytes per token (the module docstring), output excluded; a frozen weight
+    (LoRA) needs no normalised input for its gradient."""
+    return (FP32 * h + (e * h if trainable else 0) + FP32) / t
 
 
 def activation_bytes(m: ModelConfig, lay: Layout, seq: int, micro: int, documents: bool) -> ActivationBytes:
     """Saved activations of one micro-batch of `micro` rows of `seq` tokens (`documents`: rows of
-    packed documents, so SDPA gets a mask)."""
+    packed documents, so SDPA gets a mask). Under LoRA a frozen linear keeps its input only when an
+    adapter on it (or a sibling sharing the input) needs it, and each adapter keeps its rank-sized
+    middle (the first layer, whose input needs no gradient, keeps less: not modelled)."""
     e, t, h, f = dtype_bytes(m), lay.tp, m.hidden_size, m.intermediate_size
     hd = head_dim(m)
     q, kv, heads, kv_heads = m.num_heads * hd, m.num_kv_heads * hd, m.num_heads, m.num_kv_heads
+    full = m.lora.rank is None
+    adapted = set() if full else set(m.lora.targets)
+
+    def keeps(*names: str) -> bool:
+        return full or bool(adapted & set(names))
+
     attention = (3 * e * q + e * q + FP32 * heads) / t
     if m.qk_norm:
-        attention += ((FP32 + e) * (q + kv) + FP32 * (heads + kv_heads)) / t
+        attention += ((FP32 + (e if full else 0)) * (q + kv) + FP32 * (heads + kv_heads)) / t
     mask = e * seq if documents else 0
-    mlp = 4 * e * f / t
-    layer = 2 * (_norm(h, e, t) + e * h) + attention + mask + mlp
-    once = _norm(h, e, t) + e * h + FP32 * m.vocab_size / t + 2 * e * hd + 16 + (seq if documents else 0)
+    mlp = 3 * e * f / t + (e * f / t if keeps("down_proj") else 0)
+    adapters = e * (m.lora.rank or 0) * len(adapted) / t  # each adapter's middle, sharded like its base's output
+    norm_out = e * h
+    layer = (2 * _norm(h, e, t, full) + norm_out * keeps("q_proj", "k_proj", "v_proj")
+             + norm_out * keeps("gate_proj", "up_proj") + attention + mask + mlp + adapters)
+    once = _norm(h, e, t, full) + (e * h if full else 0) + FP32 * m.vocab_size / t + 2 * e * hd + 16 + \
+        (seq if documents else 0)
     tokens = seq * micro
     layers = -(-m.num_layers // lay.pp)
     return ActivationBytes(tokens * layer, tokens * e * h / t, tokens * once, layers)
@@ -191,14 +204,84 @@ def transient_bytes(m: ModelConfig, lay: Layout, seq: int, micro: int) -> float:
 
 
 def checkpoint_bytes(m: ModelConfig, lay: Layout) -> int:
-    """Bytes of one checkpoint one rank writes: the trainable weights and their AdamW moments
-    (float32) of its shards, the copies HSDP replicas hold alike written once, spread over the
-    replicas. A LoRA checkpoint holds the adapters alone."""
-    s = static_bytes(m, lay)
-    trainable_params = s.grads  # float32, one per trainable element
-    return -(-(trainable_params + s.optimizer) // lay.dp_replicate)
+    """Bytes of one checkpoint one rank writes: the float32 trainable weights and AdamW moments of
+    its shards (a LoRA checkpoint holds the adapters alone). Each chunk is written once, spread
+    over the ranks that hold it alike (HSDP replicas; TP ranks for what TP does not cut), so a rank
+    writes its box divided by the holders (checkpoint/plan.py balances by bytes)."""
+    layers = -(-m.num_layers // lay.pp)
+    root = [p for p in root_params(m) if lay.pp == 1 or p.name == "model.embed_tokens.weight"]
+    written = 0.0
+    for p in root + [p for _ in range(layers) for p in layer_params(m)]:
+        if p.trainable:
+            holders = lay.dp_replicate * (lay.tp if p.tp_dim is None else 1)
+            written += (1 + ADAM_MOMENTS) * FP32 * p.local_numel(lay.tp, lay.dp_shard) / holders
+    return math.ceil(written)
 
 
-def checkpoint_bytes_per_rank(cfg: Config, lay: Layout) -> int:
-    """The number the simulator's scenarios take (`Scenario.ckpt_bytes`) for a recipe at a layout."""
+def checkpoint_bytes_per_rank(cfg: Config) -> int:
+    """Bytes one rank writes per checkpoint of a composed recipe at its configured size: what
+    `launch --plan` prints, for the simulator's scenario (`Scenario.ckpt_bytes`)."""
+    lay = layout(cfg)
+    if isinstance(lay, str):
+        raise ValueError(lay)
     return checkpoint_bytes(cfg.model, lay)
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One kind of collective in a step: on which group, how many, how many bytes in all."""
+
+    what: str
+    group: str
+    size: int
+    """Ranks in the group."""
+    count: int
+    """Per step, on each rank."""
+    nbytes: float
+    """Bytes of the whole tensors over the step: what an all-gather gathers, what a reduce-scatter
+    or an all-reduce reduces."""
+
+
+def collectives(cfg: Config, lay: Layout) -> list[Collective]:
+    """Every collective a rank takes part in during one optimizer step (pp=1: no pipeline sends).
+
+    Counted per micro-batch, as the code issues them (checked with a dispatch counter on 4 gloo
+    ranks): FSDP2 all-gathers each unit in the forward and each layer again in the backward (the
+    root stays gathered) and reduce-scatters each unit's gradients; HSDP all-reduces each unit's
+    gradient shard over the replicas; TP all-gathers before attention, the MLP and the head, and
+    reduce-scatters after o_proj, down_proj and the embedding (the backward mirrors both); the
+    sequence-parallel norms' weight gradients all-reduce over TP; the OOM agreement
+    (trainer/oom.py) counts one integer over every rank three times per FSDP2 unit, once after the
+    last micro-batch, and under TP four times per communicating module (parallel/tp.py)."""
+    m, d = cfg.model, cfg.data
+    e, t = dtype_bytes(m), lay.tp
+    layers = -(-m.num_layers // lay.pp)
+    micro = max(d.global_batch_size // max(d.micro_batch_size * lay.dp, 1), 1)
+    units = layers + 1
+    layer = sum(p.local_numel(t, 1) for p in layer_params(m))
+    root = sum(p.local_numel(t, 1) for p in root_params(m))
+    unit_elems = layers * layer + root
+    tokens = d.micro_batch_size * d.seq_len
+    out = []
+    if lay.dp_shard > 1:
+        out.append(Collective("all-gather weights (FSDP2)", "dp_shard", lay.dp_shard, micro * (2 * layers + 1),
+                              micro * e * (2 * layers * layer + root)))
+        out.append(Collective("reduce-scatter gradients (FSDP2)", "dp_shard", lay.dp_shard, micro * units,
+                              micro * FP32 * unit_elems))
+    if lay.dp_replicate > 1:
+        out.append(Collective("all-reduce gradient shards (HSDP)", "dp_replicate", lay.dp_replicate, micro * units,
+                              micro * FP32 * unit_elems / lay.dp_shard))
+    if t > 1:
+        gathers = 2 * (2 * layers + 1)
+        out.append(Collective("all-gather activations (TP, sequence parallel)", "tp", t, micro * gathers,
+                              micro * gathers * e * m.hidden_size * tokens))
+        out.append(Collective("reduce-scatter activations (TP, sequence parallel)", "tp", t, micro * gathers,
+                              micro * gathers * e * m.hidden_size * tokens))
+        out.append(Collective("all-reduce norm-weight gradients (TP)", "tp", t, micro * (2 * layers + 1),
+                              micro * e * m.hidden_size * (2 * layers + 1)))
+    world = lay.world_size
+    agreements = micro * 3 * units + 1 + (micro * 4 * (4 * layers + 2) if t > 1 else 0)
+    out.append(Collective("all-reduce OOM agreement (one integer)", "world", world, agreements, agreements * FP32))
+    out.append(Collective("all-reduce token counts and loss", "world", world, 2, 2 * 16))
+    out.append(Collective("all-reduce gradient norm", "every mesh", lay.dp_shard * lay.dp_replicate * t, 1, FP32))
+    return out

@@ -73,6 +73,20 @@ def root_plan() -> dict[str, ParallelStyle]:
     }
 
 
+COMMUNICATING = ("self_attn", "mlp", "self_attn.o_proj", "mlp.down_proj")
+"""A layer's modules whose styles issue collectives (PrepareModuleInput's all-gathers, RowwiseParallel's
+reduce-scatters, and their mirrors in the backward); ColwiseParallel and SequenceParallel only
+annotate local tensors."""
+
+
+def communicating(model: nn.Module) -> list[nn.Module]:
+    """The modules of a tensor-parallel model that communicate: COMMUNICATING in every layer, the
+    embedding and the head."""
+    layers = model.get_submodule("model.layers")
+    inside = [layer.get_submodule(name) for layer in layers.children() for name in COMMUNICATING]
+    return [model.get_submodule("model.embed_tokens"), *inside, model.get_submodule("lm_head")]
+
+
 def apply_tp(model: nn.Module, tp: DeviceMesh, cfg: ModelConfig) -> None:
     """Parallelize `model` (a LlamaForCausalLM, LoRA applied or not, best on the meta device) over
     the TP mesh, in place. Frozen parameters stay frozen (SequenceParallel's replicated norm
