@@ -66,7 +66,7 @@ def _main(argv: list[str]) -> int:
     from resilient_slurm.config import ConfigError
 
     try:
-        plans = [_plan(point, cmd.config_dirs, data_location=not cmd.plan) for point in _points(cmd)]
+        plans = [_plan(point, cmd.config_dirs, planning=cmd.plan) for point in _points(cmd)]
     except ConfigError as e:
         return _refuse("config error", str(e))
     if cmd.plan:
@@ -84,20 +84,23 @@ def _points(cmd: command.Command) -> list[list[str]]:
     return sweep_points(list(cmd.overrides))
 
 
-def _plan(overrides: list[str], config_dirs: tuple[Path, ...], data_location: bool = True) -> Plan:
+def _plan(overrides: list[str], config_dirs: tuple[Path, ...], planning: bool = False) -> Plan:
     """The overrides checked, composed, typed and validated; ConfigError with every problem
-    (`data_location=False`, for --plan: where the data lives is not asked for)."""
+    (`planning`, for --plan: neither where the data lives, nor the optional packages, nor sbatch
+    are asked for)."""
     from resilient_slurm.config import ConfigError, explicit_keys, to_config
     from resilient_slurm.config.composer import check_overrides, compose
 
     check_overrides(overrides, config_dirs)
     adjustments: list[Adjustment] = []
     cfg = to_config(compose(overrides, config_dirs), explicit_keys(overrides), adjustments, resolve_model=_pretrained,
-                    data_location=data_location)
-    from resilient_slurm.tracking import package_problem
+                    data_location=not planning)
+    if planning:  # nothing runs or is submitted: what a run needs installed is not asked for
+        return Plan(cfg, overrides, adjustments)
+    from resilient_slurm.launch.extras import extra_problems
 
-    if (missing := package_problem(cfg)) is not None:
-        raise ConfigError(missing)
+    if missing := extra_problems(cfg):
+        raise ConfigError("\n".join(missing))
     if cfg.cluster.kind == "slurm" and cfg.cluster.submit and shutil.which("sbatch") is None:
         raise ConfigError("cluster=slurm: no sbatch on PATH, so no Slurm to submit to here; run on a Slurm login "
                           "node, or use cluster=local")
