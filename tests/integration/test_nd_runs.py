@@ -10,7 +10,9 @@
 - an out-of-memory error on one rank of a tensor-parallel group (`fault.oom_at_step`, the error the
   CUDA allocator raises, injected in a layer's forward: no GPU here) is agreed by all 4 ranks before
   any of them enters a TP collective the failed rank would not join; the step is redone at the
-  smaller micro-batch and every loss matches the straight run's to 1e-5.
+  smaller micro-batch, and the losses match the straight run's to 1e-5; then a NaN loss
+  (`fault.nan_at_step`) rolls the run back to its checkpoint of TP chunks, past the bad data, and
+  the run finishes with no NaN in its record.
 The straight run (dp 2 x tp 2, evaluation every 20 steps) is shared."""
 
 import json
@@ -120,13 +122,17 @@ def test_the_hf_export_of_a_tensor_parallel_run_loads_in_transformers(straight):
         torch.testing.assert_close(theirs(ids).logits, ours(ids), rtol=1e-5, atol=1e-5)
 
 
-def test_out_of_memory_on_one_tensor_parallel_rank_is_retried_by_all(tmp_path, straight):
-    rdir = run_dir(tmp_path, "oom")
-    code, out = finish(go(tmp_path, "oom", *TP, "data.micro_batch_size=2", "fault.oom_at_step=6", "fault.ranks=[1]",
-                          "cluster.collective_timeout_s=60"), timeout=600)
+def test_out_of_memory_and_a_nan_at_dp2_tp2_are_retried_and_rolled_back(tmp_path, straight):
+    rdir = run_dir(tmp_path, "faults")
+    code, out = finish(go(tmp_path, "faults", *TP, "data.micro_batch_size=2", "fault.oom_at_step=6", "fault.ranks=[1]",
+                          "fault.nan_at_step=45", "cluster.collective_timeout_s=60"), timeout=600)
     assert code == ExitCode.DONE, out
-    (retry,) = [e for e in events(rdir) if e.kind is Kind.OOM_RETRY]
+    ev = events(rdir)
+    (retry,) = [e for e in ev if e.kind is Kind.OOM_RETRY]
     assert retry.step == 6 and retry.details.ranks == [1] and retry.details.new_micro_batch == 1
+    (rollback,) = [e for e in ev if e.kind is Kind.ROLLBACK]
+    assert rollback.details.anomaly_step == 45 and rollback.step == 40  # the newest checkpoint before it
     want, got = metrics(straight), metrics(rdir)
-    for step, row in want.items():
-        assert got[step]["loss"] == pytest.approx(row["loss"], rel=1e-5), f"step {step}"
+    assert sorted(got) == list(range(1, STEPS + 1)) and all(row["loss"] == row["loss"] for row in got.values())
+    for step in range(1, 41):  # the same steps until the rollback skipped the bad batch's window
+        assert got[step]["loss"] == pytest.approx(want[step]["loss"], rel=1e-5), f"step {step}"
