@@ -79,12 +79,21 @@ reduce-scatters, and their mirrors in the backward); ColwiseParallel and Sequenc
 annotate local tensors."""
 
 
+def _present(model: nn.Module, name: str) -> nn.Module | None:
+    """The submodule `name`, or None where a pipeline stage has none (its embedding, norm or head)."""
+    parent, _, leaf = name.rpartition(".")
+    owner = model.get_submodule(parent) if parent else model
+    module = getattr(owner, leaf, None)
+    return module if isinstance(module, nn.Module) else None
+
+
 def communicating(model: nn.Module) -> list[nn.Module]:
     """The modules of a tensor-parallel model that communicate: COMMUNICATING in every layer, the
-    embedding and the head."""
+    embedding and the head (those the model, or its pipeline stage, has)."""
     layers = model.get_submodule("model.layers")
     inside = [layer.get_submodule(name) for layer in layers.children() for name in COMMUNICATING]
-    return [model.get_submodule("model.embed_tokens"), *inside, model.get_submodule("lm_head")]
+    ends = [_present(model, "model.embed_tokens"), _present(model, "lm_head")]
+    return [m for m in (ends[0], *inside, ends[1]) if m is not None]
 
 
 def apply_tp(model: nn.Module, tp: DeviceMesh, cfg: ModelConfig) -> None:
@@ -99,8 +108,9 @@ def apply_tp(model: nn.Module, tp: DeviceMesh, cfg: ModelConfig) -> None:
             if isinstance(layer.get_submodule(name), LoRALinear):
                 plan[name] = ShardedLoRA(colwise=name in COLWISE)
         parallelize_module(layer, tp, plan)
-    parallelize_module(model, tp, root_plan())
-    if cfg.tie_embeddings:
+    parallelize_module(model, tp, {name: style for name, style in root_plan().items() if _present(model, name) is not None})
+    if cfg.tie_embeddings and _present(model, "lm_head") is not None \
+            and _present(model, "model.embed_tokens") is not None:
         model.get_submodule("lm_head").weight = model.get_submodule("model.embed_tokens").weight
     for name, p in model.named_parameters():
         if name in frozen:
