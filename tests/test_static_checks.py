@@ -29,6 +29,7 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "checkpoint/collectives.py", "monitor/heartbeats.py", "data/tokens/idx_format.py", "data/tokens/plan.py",
         "data/tokens/position.py", "data/tokens/records.py", "data/tokens/tiny_corpus.py", "launch/command.py",
         "session/step_sync.py", "session/step_record.py",
+        "parallel/estimate.py", "launch/plan_report.py",
         *(f"config/{m}.py" for m in ("checks", "families", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",
                                      "tracking", "faults", "sweep", "schema", "overrides", "harness", "parallel"))]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "mlflow", "submitit",

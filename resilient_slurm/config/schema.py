@@ -46,16 +46,22 @@ class Config:
 # Keys that change where or how a run executes, not what it computes: a relaunch may change them,
 # and they are never part of a run's name.
 # The micro-batch is one: the loss is normalised by the global batch's token count, so cutting the same
-# rows into other micro-batches changes only the order of a sum, as a new world size does.
+# rows into other micro-batches changes only the order of a sum, as a new world size does. So is the
+# layout (parallel.*): checkpoints load at any other, and every data-parallel group reads the same rows.
 PLACEMENT_PREFIXES = ("run.", "cluster.", "checkpoint.", "monitor.", "health.", "fault.", "tracking.", "eval.",
                       "train.log_every_steps", "train.threads", "train.pause_at_step", "data.cache_dir", "sweep.",
-                      "data.micro_batch_size")
+                      "data.micro_batch_size", "parallel.")
 
 
-def validate(cfg: Config) -> list[str]:
-    """Every semantic problem, each one line: `key: what is wrong; fix`; at most one per key."""
+DATA_LOCATION = ("data.path", "data.sources", "data.tokenizer")
+"""Where the data lives: what a plan (`launch --plan`) does without, as it reads no data."""
+
+
+def validate(cfg: Config, data_location: bool = True) -> list[str]:
+    """Every semantic problem, each one line: `key: what is wrong; fix`; at most one per key.
+    `data_location=False` (a plan): where the data lives is not asked for."""
     p = Problems()
-    p.extend_new(requirements(cfg))
+    p.extend_new(requirements(cfg, data_location))
     if p:
         return p  # without what the recipe needs (its model, its data) the other checks would mislead
     m, d, o, t = cfg.model, cfg.data, cfg.optim, cfg.train
@@ -67,10 +73,11 @@ def validate(cfg: Config) -> list[str]:
            f"data.seq_len: {d.seq_len} is longer than the model's sliding_window={m.sliding_window} "
            f"({m.pretrained or 'model.sliding_window'}), and the decoder attends over the whole row; lower "
            f"data.seq_len to {m.sliding_window} or less")
-    p.extend_new(d.problems())
+    p.extend_new([q for q in d.problems() if data_location or not q.startswith(DATA_LOCATION)])
     # A recipe that requires its model's directory says so already; its tokenizer comes from there.
     model_dir = m.pretrained or (m.config if d.kind == "tokens" else None)
-    p.need(bool(d.tokenizer or model_dir) or bool({"model.pretrained", "model.config"} & set(cfg.run.require)),
+    p.need(bool(d.tokenizer or model_dir) or bool({"model.pretrained", "model.config"} & set(cfg.run.require))
+           or not data_location,
            "data.tokenizer: empty and model.pretrained is not set; set one of them to a Hugging Face directory "
            "with tokenizer.json and a chat template")
     p.extend_new(cfg.parallel.problems())
@@ -130,6 +137,9 @@ def layout_problems(cfg: Config, lay: Layout) -> list[str]:
     p.need(d.seq_len % lay.tp == 0,
            f"parallel.tp: {lay.tp} does not divide data.seq_len={d.seq_len} (sequence parallelism splits each "
            f"sequence over the TP ranks); use a seq_len that tp divides")
+    p.need(lay.tp == 1 or m.lora.rank is None or m.lora.dropout == 0,
+           f"model.lora.dropout: {m.lora.dropout} under parallel.tp={lay.tp}: the TP ranks of a group would draw "
+           f"different dropout masks for the same rows; set model.lora.dropout=0 or parallel.tp=1")
     stages = lay.pp * par.stages_per_rank
     p.need(stages <= m.num_layers,
            f"parallel.pp: {stages} pipeline stage(s) for {m.num_layers} layer(s); every stage needs a layer: "
@@ -151,12 +161,15 @@ def budget(t: TrainConfig, steps: int) -> str:
     return f"train.max_tokens={t.max_tokens} ({steps} steps)" if t.max_tokens > 0 else f"train.max_steps={steps}"
 
 
-def requirements(cfg: Config) -> list[str]:
-    """What a run cannot start without: an experiments root, and every key its recipe requires."""
+def requirements(cfg: Config, data_location: bool = True) -> list[str]:
+    """What a run cannot start without: an experiments root, and every key its recipe requires
+    (`data_location=False`: but the data's location)."""
     p = Problems()
     p.need(bool(cfg.run.root), "run.root: empty; set it to the experiments directory")
     values = flatten(cfg)
     for key in cfg.run.require:
+        if not data_location and key.startswith(DATA_LOCATION):
+            continue
         p.need(key in values and values[key] not in (None, ""),
                f"{key}: +experiment={cfg.run.experiment} needs it; set {key}=..." if key in values
                else f"run.require: {key!r} is not a config key; fix the recipe")
@@ -182,16 +195,31 @@ def timeouts(cfg: Config) -> list[str]:
 
 
 def shrinkable(cfg: Config) -> list[str]:
-    """A run that may shrink inside its allocation: the global batch must divide at every world size
-    it may shrink to (checked only once the allocation's own keys are right)."""
+    """A run that may shrink inside its allocation: at every node count it may shrink to, the layout
+    must resolve (a lost node takes whole data-parallel groups with it, so the fixed degrees
+    dp_replicate*tp*pp must divide the ranks left) and the global batch must divide into whole
+    micro-batches of every data-parallel group (checked only once the allocation's own keys are
+    right)."""
     k, d = cfg.cluster, cfg.data
     if not driven(k) or k.spare_nodes < 0 or not 0 <= k.elastic.min_nodes <= k.nodes:
         return []
-    bad = [n for n in range(min_nodes(k), k.nodes + 1)
-           if d.global_batch_size % max(d.micro_batch_size * n * k.tasks_per_node, 1)]
+    unresolved: dict[int, str] = {}
+    bad: list[int] = []
+    for n in range(min_nodes(k), k.nodes + 1):
+        lay = resolve(cfg.parallel, n * k.tasks_per_node)
+        if isinstance(lay, str):
+            if n < k.nodes:  # at the full size the layout's own check says it
+                unresolved[n] = lay
+        elif d.global_batch_size % max(d.micro_batch_size * lay.dp, 1):
+            bad.append(n)
+    if unresolved:
+        n = min(unresolved)
+        return [f"cluster.elastic.min_nodes: at {n} node(s), which the run may shrink to, {unresolved[n]}; raise "
+                f"min_nodes to a node count whose ranks the fixed degrees divide, or set cluster.elastic.min_nodes="
+                f"{k.nodes} (no shrinking)"]
     if not bad:
         return []
     return [f"cluster.elastic.min_nodes: data.global_batch_size={d.global_batch_size} is not a multiple of "
-            f"micro_batch_size*ranks at {', '.join(map(str, bad))} node(s), which the run may shrink to; raise "
-            f"min_nodes or choose a global batch that every world size from {min_nodes(k)} to {k.nodes} nodes "
-            f"divides"]
+            f"micro_batch_size*data-parallel ranks at {', '.join(map(str, bad))} node(s), which the run may shrink "
+            f"to; raise min_nodes or choose a global batch that every world size from {min_nodes(k)} to {k.nodes} "
+            f"nodes divides"]

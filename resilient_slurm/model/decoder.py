@@ -210,7 +210,8 @@ def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     Vocabulary-parallel logits (a DTensor sharded on the vocabulary: tensor parallelism's head)
     must come under `torch.distributed.tensor.parallel.loss_parallel()`, their backward too: each
     rank then computes from its slice of the vocabulary, and the whole logits are never gathered.
-    The sum is the same on every TP rank; it is returned as a plain tensor."""
+    The sum is the same on every TP rank; it is returned as a plain tensor. (Not under
+    inference_mode: there cross_entropy reaches DTensor whole, and loss_parallel knows its parts.)"""
     loss = F.cross_entropy(
         logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
         ignore_index=IGNORE_INDEX, reduction="sum",

@@ -7,4 +7,5 @@ Modules:
              embedding and head, LoRA adapters sharded like their base), per family
     fsdp     the model built on the meta device, TP, compiled blocks, FSDP2; each rank fills its box
     clip     gradient clipping by the global norm over every mesh (and pipeline stage)
+    estimate what a run holds and moves per rank, from its config: `launch --plan`     [pure]
 """

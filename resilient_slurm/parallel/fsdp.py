@@ -69,7 +69,7 @@ def build_model(cfg: ModelConfig, mesh: DeviceMesh, device: torch.device,
         hold_base_in(model, BASE_DTYPE)
     prepare_blocks(model, cfg, tp)
     policy = MixedPrecisionPolicy(param_dtype=getattr(torch, cfg.dtype), reduce_dtype=torch.float32)
-    for layer in model.model.layers:
+    for layer in model.model.layers.children():
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     # The root unit holds the embedding, the final norm and the head (tied or not).
     fully_shard(model, mesh=mesh, mp_policy=policy)
@@ -89,7 +89,7 @@ def prepare_blocks(model: LlamaForCausalLM, cfg: ModelConfig, tp: DeviceMesh | N
         apply_tp(model, tp, cfg)
     model.model.activation_checkpointing = cfg.activation_checkpointing
     if cfg.compile:
-        for layer in model.model.layers:
+        for layer in model.model.layers.children():
             layer.compile()
 
 

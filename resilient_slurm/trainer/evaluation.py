@@ -19,7 +19,7 @@ decoding steps, padding with rows that count for nothing. Under tensor paralleli
 taken from the vocabulary-sharded logits (`loss_parallel`), a decoded token from the last
 position's logits gathered whole, and the rows a prompt is decoded in are left-padded to a
 multiple of the TP degree (sequence parallelism splits them evenly). Evaluation is read-only: it runs under
-`torch.inference_mode`, draws no random numbers and leaves no state behind, so a run that
+`torch.no_grad`, draws no random numbers and leaves no state behind, so a run that
 evaluates is bit-identical to one that does not, and its resume stays exact.
 """
 
@@ -114,7 +114,7 @@ class Evaluator:
     def due(self, step: int) -> bool:
         return self.every > 0 and (step % self.every == 0 or step == self.max_steps)
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: loss_parallel needs cross_entropy decomposed (decoder.py)
     def run(self, step: int | None = None) -> EvalResult:
         start = time.perf_counter()
         self.model.eval()

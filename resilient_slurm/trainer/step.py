@@ -26,6 +26,7 @@ from resilient_slurm.trainer.oom import OomGuard, PeerOutOfMemory, describe, ins
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
 from resilient_slurm.parallel.clip import clip_grad_norm
+from resilient_slurm.parallel.tp import communicating
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class StepRunner:
         self.counts_data = counts_data
         self.vocab_parallel = vocab_parallel
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.guard = OomGuard(model, comm)
+        self.guard = OomGuard(model, comm, communicating(model) if vocab_parallel else ())
 
     def step(self, micro_batches: list[Batch], poison: bool = False,
              progress: Callable[[], None] | None = None) -> StepResult:

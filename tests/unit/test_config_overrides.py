@@ -26,7 +26,7 @@ def hydra_says(*overrides: str) -> str:
     (["optim.lrr=1e-3"], "optim.lrr: not a config key; did you mean optim.lr?"),
     (["~optim.lrr"], "optim.lrr: not a config key; did you mean optim.lr?"),
     (["+experiment=tiny_sfft"], "experiment: no experiment 'tiny_sfft' (did you mean tiny_sft?); choose one of "
-                                "llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
+                                "llama70b_pretrain, llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
     (["checkpoint=exponentail"], "checkpoint: no option 'exponentail' (did you mean exponential?); choose one of "
                                  "every_200, every_50, every_500, exponential, hybrid, periodic, timed, young_daly"),
     (["+experiment=tiny_sft", "+experiment=sft"], "experiment: chosen twice; keep one"),

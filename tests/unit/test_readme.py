@@ -55,6 +55,9 @@ RUN_BY: list[tuple[str, str]] = [
     (r"python -m resilient_slurm\.data prepare ",
      "tests/unit/data/test_token_commands.py::test_prepare_with_hydra_overrides_builds_what_the_run_start_then_maps"),
     (r"python -m resilient_slurm\.launch \+experiment=llama8b_pretrain cluster=slurm", COMPOSED),
+    (r"python -m resilient_slurm\.launch \+experiment=llama70b_pretrain --plan$",
+     "tests/unit/launch/test_plan_report.py::test_the_seed_runs_plan_prints_its_layout_memory_batch_checkpoint_and_"
+     "collectives"),
     (r"python -m resilient_slurm\.launch \+experiment=tiny_pretrain$",
      "tests/integration/test_tiny_pretrain_learns.py::test_the_tiny_corpus_is_learned_in_a_minute_on_a_cpu"),
     (r"export PYTHONPATH=examples/own_loop$", "tests/integration/test_own_loop.py::test_the_own_loop_interrupted_three_ways_ends_bit_identical"),
@@ -189,7 +192,7 @@ MODELS = {
 def test_every_launch_sweep_and_prepare_command_composes_and_validates(cmd, tmp_path):
     """What the command does before it runs anything: the overrides checked, Hydra's composition, the
     model's config.json read, the typed config validated (a sweep's search spaces are left to the
-    sweep's own tests). `/models/NAME` is a directory holding NAME's config.json."""
+    sweep's own tests; a --plan asks nothing of the data, as the command does). `/models/NAME` is a directory holding NAME's config.json."""
     import json
 
     from resilient_slurm.model.pretrained import apply_pretrained
@@ -204,7 +207,8 @@ def test_every_launch_sweep_and_prepare_command_composes_and_validates(cmd, tmp_
     dirs = tuple(REPO / d for d in parsed.config_dirs)
     for point in points:
         check_overrides(point, dirs)
-        cfg = to_config(compose(point, dirs), explicit_keys(point), resolve_model=apply_pretrained)
+        cfg = to_config(compose(point, dirs), explicit_keys(point), resolve_model=apply_pretrained,
+                        data_location=not parsed.plan)
         assert cfg.run.experiment
 
 

@@ -18,15 +18,15 @@ CHECKPOINTS = "every_200, every_50, every_500, exponential, hybrid, periodic, ti
 
 MISTAKES = [
     # what is trained
-    ([], E + "no experiment; choose one with +experiment=NAME: llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft (--help lists them with "
+    ([], E + "no experiment; choose one with +experiment=NAME: llama70b_pretrain, llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft (--help lists them with "
               "the keys)"),
-    (["run.name=x"], E + "no experiment; choose one with +experiment=NAME: llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft (--help lists "
+    (["run.name=x"], E + "no experiment; choose one with +experiment=NAME: llama70b_pretrain, llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft (--help lists "
                          "them with the keys)"),
     (["experiment=tiny_sft"], CE + "experiment=tiny_sft: experiment has no default to override, so it takes a +; "
                                    "write +experiment=tiny_sft"),
     (["+experiment=tiny_sfft"], CE + "experiment: no experiment 'tiny_sfft' (did you mean tiny_sft?); choose one of "
-                                     "llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
-    (["+experiment="], CE + "experiment: empty; choose one of llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
+                                     "llama70b_pretrain, llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
+    (["+experiment="], CE + "experiment: empty; choose one of llama70b_pretrain, llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
     ([T, "+experiment=sft"], CE + "+experiment=sft: experiment is chosen twice; keep one"),
     (["+experiment=sft"], CE + "model.pretrained: +experiment=sft needs it; set model.pretrained=...\n"
                           + CE + "data.path: +experiment=sft needs it; set data.path=..."),
@@ -86,6 +86,22 @@ MISTAKES = [
                                          "raise train.max_steps"),
     (["-m", T, "optim.lr=1e-4,abc"], CE + "optim.lr: Value 'abc' of type 'str' could not be converted to Float; fix "
                                           "the value or remove the key"),
+    # the layout
+    ([T, "cluster.ranks=4", "parallel.dp_shard=3"],
+     CE + "parallel: dp_replicate*dp_shard*tp*pp = 1*3*1*1 = 3, but the run has 4 rank(s); make the product equal "
+          "the ranks, or set parallel.dp_shard=-1"),
+    ([T, "cluster.ranks=4", "parallel.dp_replicate=3"],
+     CE + "parallel: dp_replicate*tp*pp = 3*1*1 = 3 does not divide the 4 rank(s); change a degree or the number of "
+          "ranks"),
+    ([T, "cluster=slurm", "cluster.nodes=2", "cluster.tasks_per_node=2", "parallel.tp=4"],
+     CE + "parallel.tp: 4 does not fit inside a node of 2 rank(s): tensor parallelism exchanges activations every "
+          "layer and must stay on a node's links; use a tp that divides 2"),
+    ([T, "cluster.ranks=3", "parallel.tp=3"],
+     CE + "parallel.tp: 3 does not divide the model's 4 attention heads and 2 key/value heads; use a tp that divides "
+          "both (at most 2)"),
+    ([T, "cluster.ranks=4", "parallel.tp=4"],
+     CE + "parallel.tp: 4 does not divide the model's 4 attention heads and 2 key/value heads; use a tp that divides "
+          "both (at most 2)"),
     # where the run lives
     ([T, "run.root="], CE + "run.root: empty; set it to the experiments directory"),
     ([T, "run.root=/sys/resilient_slurm_test"], CE + "run.root: cannot write to /sys/resilient_slurm_test (Operation "
@@ -112,8 +128,8 @@ MISTAKES = [
      CE + "data.sources=[name:web]: the shell took this value's braces apart (brace expansion); quote the whole "
           "override: 'data.sources=[{name:web,path:/data/tok/web,weight:0.7},...]'"),
     # the command line itself
-    ([T, "--cfg", "job"], E + "--cfg: not an option of launch; it takes -m, --config-dir DIR, --help and KEY=VALUE "
-                              "overrides"),
+    ([T, "--cfg", "job"], E + "--cfg: not an option of launch; it takes -m, --config-dir DIR, --plan, --help and "
+                              "KEY=VALUE overrides"),
     ([T, "--config-dir", "/no/such/dir"], E + "--config-dir /no/such/dir: no such directory; give the directory that "
                                               "holds your config groups"),
     ([T, "--help", "optm"], E + "--help optm: no such section or key; did you mean optim?"),
