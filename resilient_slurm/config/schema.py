@@ -12,7 +12,7 @@ from resilient_slurm.config.data import DataConfig
 from resilient_slurm.config.faults import FaultConfig
 from resilient_slurm.config.model import ModelConfig
 from resilient_slurm.config.monitor import HealthConfig, MonitorConfig
-from resilient_slurm.config.parallel import Layout, ParallelConfig, resolve
+from resilient_slurm.config.parallel import Layout, ParallelConfig, interleaved_problem, resolve
 from resilient_slurm.config.run import RunConfig
 from resilient_slurm.config.sweep import SweepConfig
 from resilient_slurm.config.tracking import EvalConfig, TrackingConfig
@@ -117,7 +117,9 @@ def layout_problems(cfg: Config, lay: Layout) -> list[str]:
     """What the model, the data and the nodes must allow of a layout: TP inside a node and dividing
     the heads (GQA with fewer KV heads than TP ranks is refused, as torchtitan does: replicating KV
     heads would change the checkpoint's shapes per TP degree), the sequence split by sequence
-    parallelism, a stage per layer at least, whole micro-batches for every data-parallel group."""
+    parallelism, a stage per layer at least, whole micro-batches for every data-parallel group, as
+    many as the stages (and the rounds an interleaved schedule cuts them into), and no decoding
+    evaluation through a pipeline."""
     m, d, par = cfg.model, cfg.data, cfg.parallel
     p = Problems()
     node = ranks_per_node(cfg.cluster)
@@ -143,6 +145,15 @@ def layout_problems(cfg: Config, lay: Layout) -> list[str]:
            f"parallel.pp: {lay.pp} stages need at least {lay.pp} micro-batches per step, and a step has "
            f"{micro_batches} (global_batch_size / (micro_batch_size * {lay.dp} data-parallel ranks)); raise "
            f"data.global_batch_size or lower data.micro_batch_size")
+    interleaved = interleaved_problem(micro_batches, lay.pp) if lay.pp > 1 and micro_batches >= lay.pp and \
+        par.pp_schedule == "interleaved_1f1b" else None
+    if interleaved:
+        p.need(False, interleaved)
+    e = cfg.eval
+    p.need(lay.pp == 1 or not e.every_steps or not e.task_samples or d.kind == "tokens",
+           f"eval.task_samples: {e.task_samples} with parallel.pp={lay.pp}; greedy decoding through a pipeline "
+           f"(each new token back from the last stage to the first) is not built, only the validation loss is; "
+           f"set eval.task_samples=0, or parallel.pp=1")
     return p
 
 
@@ -182,16 +193,30 @@ def timeouts(cfg: Config) -> list[str]:
 
 
 def shrinkable(cfg: Config) -> list[str]:
-    """A run that may shrink inside its allocation: the global batch must divide at every world size
-    it may shrink to (checked only once the allocation's own keys are right)."""
-    k, d = cfg.cluster, cfg.data
+    """A run that may shrink inside its allocation: at every world size it may shrink to, the layout
+    must resolve (an elastic shrink drops whole data-parallel groups: the other degrees stay), the
+    global batch must divide over the data-parallel groups left, and an interleaved pipeline's rounds
+    must divide the micro-batches (checked only once the allocation's own keys are right)."""
+    k, d, par = cfg.cluster, cfg.data, cfg.parallel
     if not driven(k) or k.spare_nodes < 0 or not 0 <= k.elastic.min_nodes <= k.nodes:
         return []
-    bad = [n for n in range(min_nodes(k), k.nodes + 1)
-           if d.global_batch_size % max(d.micro_batch_size * n * k.tasks_per_node, 1)]
-    if not bad:
-        return []
-    return [f"cluster.elastic.min_nodes: data.global_batch_size={d.global_batch_size} is not a multiple of "
-            f"micro_batch_size*ranks at {', '.join(map(str, bad))} node(s), which the run may shrink to; raise "
-            f"min_nodes or choose a global batch that every world size from {min_nodes(k)} to {k.nodes} nodes "
-            f"divides"]
+    sizes = range(min_nodes(k), k.nodes + 1)
+    laid = {n: resolve(par, n * k.tasks_per_node) for n in sizes}
+    unresolved = [n for n, lay in laid.items() if isinstance(lay, str)]
+    if unresolved:
+        return [f"cluster.elastic.min_nodes: the run may shrink to {unresolved[0]} node(s), where {laid[unresolved[0]]}; "
+                f"raise min_nodes, or make parallel.dp_replicate*tp*pp divide the ranks of every size from "
+                f"{min_nodes(k)} to {k.nodes} nodes"]
+    dp = {n: lay.dp for n, lay in laid.items() if not isinstance(lay, str)}
+    bad = [n for n in sizes if d.global_batch_size % max(d.micro_batch_size * dp[n], 1)]
+    if bad:
+        return [f"cluster.elastic.min_nodes: data.global_batch_size={d.global_batch_size} is not a multiple of "
+                f"micro_batch_size*data-parallel ranks at {', '.join(map(str, bad))} node(s), which the run may shrink "
+                f"to; raise min_nodes or choose a global batch that every world size from {min_nodes(k)} to {k.nodes} "
+                f"nodes divides"]
+    if par.pp > 1 and par.pp_schedule == "interleaved_1f1b":
+        for n in sizes:
+            problem = interleaved_problem(d.global_batch_size // max(d.micro_batch_size * dp[n], 1), par.pp)
+            if problem:
+                return [f"cluster.elastic.min_nodes: at {n} node(s), which the run may shrink to, {problem}"]
+    return []

@@ -57,21 +57,32 @@ def build_model(cfg: ModelConfig, mesh: DeviceMesh, device: torch.device) -> Lla
     `fill_pretrained`)."""
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
+    prepare(model, cfg, mesh, reshard_after_forward=None)
+    model.to_empty(device=device)
+    return model
+
+
+def prepare(model: LlamaForCausalLM, cfg: ModelConfig, mesh: DeviceMesh, reshard_after_forward: bool | None) -> None:
+    """Everything a model (or a pipeline stage) gets before its storage is allocated, in one place,
+    in torchtitan's order: LoRA adapters, activation checkpointing, then FSDP2 units (each decoder
+    layer, then the root). `reshard_after_forward`: None is FSDP2's default (layers shard again after
+    their forward, the root keeps its weights for the backward that starts there); False under
+    pipeline parallelism keeps every unit's weights gathered from its forward to its backward, as
+    torchtitan does: a stage runs several micro-batches' forwards before their backwards, and would
+    gather again for each otherwise."""
     if cfg.lora.rank is not None:
         apply_lora(model, cfg.lora)
         hold_base_in(model, BASE_DTYPE)
     model.model.activation_checkpointing = cfg.activation_checkpointing
     policy = MixedPrecisionPolicy(param_dtype=getattr(torch, cfg.dtype), reduce_dtype=torch.float32)
-    for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh, mp_policy=policy)
-    # The root unit holds the embedding, the final norm and the head (tied or not).
-    fully_shard(model, mesh=mesh, mp_policy=policy)
-    model.to_empty(device=device)
+    for layer in model.model.layers.values():
+        fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    # The root unit holds the embedding, the final norm and the head (tied or not): those a stage has.
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)
-    return model
 
 
 @torch.no_grad()

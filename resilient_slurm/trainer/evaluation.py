@@ -13,8 +13,10 @@ recomputes the whole sequence for each new token (the model has no KV cache): ch
 answers, quadratic for long ones, so keep the sample count small on big recipes.
 
 The model is sharded (FSDP2), so every rank must run every forward together: the work is split
-round-robin over the ranks and each rank runs the same number of batches and decoding steps,
-padding with rows that count for nothing. Evaluation is read-only: it runs under
+round-robin over the data-parallel groups (the tensor and pipeline ranks of a group evaluate the
+same rows, and one of them counts them) and each rank runs the same number of batches and decoding
+steps, padding with rows that count for nothing. Under pipeline parallelism each batch runs through
+the stages (a forward-only schedule of one micro-batch); the loss is the last stage's. Evaluation is read-only: it runs under
 `torch.inference_mode`, draws no random numbers and leaves no state behind, so a run that
 evaluates is bit-identical to one that does not, and its resume stays exact.
 """
@@ -25,7 +27,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -38,6 +40,8 @@ from resilient_slurm.data.batches import Batch
 from resilient_slurm.data.chat.dataset import ChatData, EvalSample
 from resilient_slurm.data.tokens.token_data import TokenData
 from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
+from resilient_slurm.parallel.mesh import MeshPosition
+from resilient_slurm.parallel.pipeline import Stages
 
 
 @dataclass(frozen=True)
@@ -76,16 +80,23 @@ class EvalResult:
 class Evaluator:
     def __init__(self, cfg: Config, model: nn.Module, comm: Comm, data: ChatData | TokenData,
                  batch_size: int | None = None, metrics: Sequence[TaskMetric] | None = None,
-                 documents: bool = True) -> None:
+                 documents: bool = True, place: MeshPosition | None = None, stages: Stages | None = None) -> None:
         """`batch_size`: rows per forward; None: data.micro_batch_size (the run passes the one it
         trains at, which a lack of device memory may have lowered). `documents`: as the trainer's
-        StepRunner (False: each row is one causal sequence)."""
+        StepRunner (False: each row is one causal sequence). `place`: this rank's data-parallel
+        group, whose rows it evaluates (None: every rank is one); `stages`: the pipeline stages the
+        forward runs through (parallel.pp > 1; the validation loss only, config-checked)."""
         self.every = cfg.eval.every_steps
         self.max_steps = train_steps(cfg)
         self.batch = batch_size or cfg.data.micro_batch_size
         self.show = cfg.eval.predictions
         self.model, self.comm, self.data, self.documents = model, comm, data, documents
-        w, r = comm.world_size, comm.rank
+        self.stages = stages
+        self.schedule: Any = None
+        self.counts = place.counts_data if place else True
+        """This rank adds its group's losses and tokens to the totals (its group's other ranks hold
+        the same rows)."""
+        w, r = (place.dp_size, place.dp_rank) if place else (comm.world_size, comm.rank)
         # Named splits: a token mixture's, one per source; the chat data's one, unnamed.
         self.splits = data.val if isinstance(data, TokenData) else {"": data.val}
         if not any(rows.num_rows for rows in self.splits.values()):
@@ -120,9 +131,11 @@ class Evaluator:
                 rows = val_rows[i : i + self.batch]
                 b = self.splits[name].batch([row if row is not None else 0 for row in rows]).to(self.comm.device)
                 labels = _mask_padding(b, rows)
-                logits = self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None)
-                loss_sum += float(token_loss_sum(logits, labels))
-                tokens += float((labels != IGNORE_INDEX).sum())
+                loss = self._pipelined(b, labels) if self.stages else float(token_loss_sum(
+                    self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None), labels))
+                if self.counts:
+                    loss_sum += loss
+                    tokens += float((labels != IGNORE_INDEX).sum())
                 bar.update()
             sums += [loss_sum, tokens]
         judged: dict[str, list[Prediction]] = {m.name: [] for m in self.metrics}
@@ -133,12 +146,14 @@ class Evaluator:
                                               data.decode)
                     bar.update()
         bar.close()
-        # FSDP2 keeps the root's parameters gathered after a forward without a backward: shard them
-        # again, so the checkpoint and the optimizer see the sharded parameters.
-        if isinstance(self.model, FSDPModule):
+        # FSDP2 keeps the root's parameters gathered after a forward without a backward (every unit's
+        # under a pipeline): shard them again, so the checkpoint and the optimizer see the shards.
+        if self.stages:
+            self.stages.reshard()
+        elif isinstance(self.model, FSDPModule):
             self.model.reshard()
-        counts = [float(sum(p.correct for p in judged[m.name])) for m in self.metrics]
-        real = float(sum(s is not None for s in self.samples))
+        counts = [float(sum(p.correct for p in judged[m.name])) * self.counts for m in self.metrics]
+        real = float(sum(s is not None for s in self.samples)) * self.counts
         totals = self.comm.sum_floats([*sums, real, *counts])
         n = len(sums)
         losses = {name: totals[2 * i] / max(totals[2 * i + 1], 1.0) for i, name in enumerate(self.splits)}
@@ -151,6 +166,21 @@ class Evaluator:
             seconds=time.perf_counter() - start,
             predictions={name: p[: self.show] for name, p in judged.items()} if self.comm.rank == 0 else {},
         )
+
+
+    def _pipelined(self, b: Batch, labels: torch.Tensor) -> float:
+        """The summed token loss of one batch through the pipeline: on the last stage; 0 elsewhere."""
+        assert self.stages is not None
+        st = self.stages
+        if self.schedule is None:
+            self.schedule = st.eval_schedule(token_loss_sum)
+        kwargs = {"position_ids": b.position_ids}
+        if self.documents:
+            kwargs["document_ids"] = b.document_ids
+        losses: list[torch.Tensor] = []
+        self.schedule.eval(*((b.input_ids,) if st.first else ()), target=labels if st.last else None,
+                           losses=losses, **kwargs)
+        return float(sum(losses)) if st.last else 0.0
 
 
 def _padded(mine: list, total: int, world: int, batch: int) -> list:
