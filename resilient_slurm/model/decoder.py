@@ -16,7 +16,7 @@ exports carry the same names at every layout. With tied embeddings, the last sta
 copy of `model.embed_tokens.weight` as its head (parallel/pipeline.py keeps the copies in step).
 
 Parameters are created in float32: they are the master weights (FSDP2 casts a bf16 copy for compute,
-see runtime/parallel.py). Rotary tables are computed from `position_ids` on every call (a few
+see parallel/fsdp.py). Rotary tables are computed from `position_ids` on every call (a few
 thousand multiplications), so the module has no buffers to rebuild after it is built on the meta
 device.
 """
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
 from resilient_slurm.config import ModelConfig
@@ -94,12 +95,13 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim)
+        # -1 heads: under tensor parallelism a rank's projections hold its own heads only.
+        q = self.q_proj(x).view(b, s, -1, self.head_dim)
+        k = self.k_proj(x).view(b, s, -1, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         if self.num_kv_heads != self.num_heads:
@@ -176,8 +178,10 @@ class LlamaModel(nn.Module):
         """`x`: token ids (batch, seq) on the first part, else the previous part's hidden states."""
         if self.first:
             assert self.embed_tokens is not None
+            b, s = x.shape
             x = self.embed_tokens(x)
-        b, s = x.shape[:2]
+        else:  # under sequence parallelism a rank holds s / tp of it: a pipeline passes position_ids
+            b, s = x.shape[:2]
         if position_ids is None:
             position_ids = torch.arange(s, device=x.device).expand(b, s)
         angles = position_ids[..., None].float() * inverse_frequencies(self.cfg, x.device)
@@ -234,7 +238,7 @@ def init_value(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int) -
 @torch.no_grad()
 def plain_model(cfg: ModelConfig, seed: int) -> LlamaForCausalLM:
     """The model unsharded, with its random initial values: for code without a process group
-    (benchmarks, tests); training builds it sharded (runtime/parallel.py) from the same values."""
+    (benchmarks, tests); training builds it sharded (parallel/fsdp.py) from the same values."""
     model = LlamaForCausalLM(cfg)
     for name, p in model.named_parameters():
         p.copy_(init_value(name, tuple(p.shape), cfg, seed))
@@ -242,11 +246,17 @@ def plain_model(cfg: ModelConfig, seed: int) -> LlamaForCausalLM:
 
 
 def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed cross-entropy over target positions (IGNORE_INDEX positions, e.g. prompts, excluded)."""
-    return F.cross_entropy(
+    """Summed cross-entropy over target positions (IGNORE_INDEX positions, e.g. prompts, excluded).
+
+    Vocabulary-parallel logits (a DTensor sharded on the vocabulary: tensor parallelism's head)
+    must come under `torch.distributed.tensor.parallel.loss_parallel()`, their backward too: each
+    rank then computes from its slice of the vocabulary, and the whole logits are never gathered.
+    The sum is the same on every TP rank; it is returned as a plain tensor."""
+    loss = F.cross_entropy(
         logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
         ignore_index=IGNORE_INDEX, reduction="sum",
     )
+    return loss.to_local() if isinstance(loss, DTensor) else loss
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -1,8 +1,12 @@
-"""How a run's model is laid out over its ranks: the device mesh from `parallel.*`, the FSDP2
-sharding over its data-parallel part (HSDP when there are replicas), and the pipeline stages.
+"""How a run's model is laid out over its ranks: the device mesh from `parallel.*`, tensor
+parallelism, FSDP2 over its data-parallel part (HSDP when there are replicas), and the pipeline
+stages.
 
 Modules:
     mesh       the N-D device mesh from the run's Layout (config/parallel.py), its views, this rank's place
-    fsdp       FSDP2: the model built on the meta device, sharded, each rank filling its own rows
+    tp         tensor parallelism: the DTensor plans (sequence-parallel norms, vocabulary-parallel
+               embedding and head, LoRA adapters sharded like their base), per family
+    fsdp       the model built on the meta device, TP, compiled blocks, FSDP2; each rank fills its box
+    clip       gradient clipping by the global norm over every mesh (and pipeline stage)
     pipeline   this rank's pipeline stages (cut by config/parallel.py), their schedules, tied embeddings
 """

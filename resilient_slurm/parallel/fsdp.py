@@ -1,10 +1,14 @@
-"""The model sharded over every rank with FSDP2, built without ever holding it whole.
+"""The model laid out over the run's mesh, built without ever holding it whole: tensor parallelism,
+activation checkpointing, compiled blocks, then FSDP2 (HSDP when the mesh has replicas).
 
-The model is built on the meta device (no memory), each decoder layer and then the root are
-`fully_shard`ed over the run's mesh, storage for the shards is allocated (`to_empty`), and each rank
-fills only its own rows of every parameter: from the pretrained files (byte ranges of its rows), or
-from the random initial values, which are defined per tensor so that every world size starts from
-the same weights.
+The model is built on the meta device (no memory), parallelized over the TP mesh (parallel/tp.py),
+each decoder layer compiled when `model.compile` is set, each decoder layer and then the root
+`fully_shard`ed over the data-parallel mesh, storage for the shards allocated (`to_empty`), and each
+rank fills only its own box of every parameter: from the pretrained files (byte ranges of its rows),
+or from the random initial values, which are defined per tensor so that every layout starts from
+the same weights. This is torchtitan's order (TP, activation checkpointing, per-block compile,
+FSDP): FSDP2 shards the TP-local tensors further along dim 0, and compiles see the TP collectives
+and not FSDP2's hooks.
 
 Precision: parameters, their gradients and AdamW's state are float32 (the master copy); FSDP2 casts
 a `model.dtype` copy for the forward and backward, and reduces gradients in float32.
@@ -19,11 +23,12 @@ bf16 base + fp32 adapters ran with `param_dtype` fp32 and bf16, and failed witho
 units of their own were not needed. For a full fine-tune, `param_dtype` = float32 casts nothing, as
 no `param_dtype` did (same bits). Gradients are
 summed over ranks, not averaged: the step divides the loss by the global token count itself, so a
-step means the same at any world size. gloo has no pre-scaled sum, so reductions are plain sums
-(`set_force_sum_reduction_for_comms`).
+step means the same at any layout. gloo has no pre-scaled sum, so reductions are plain sums
+(`set_force_sum_reduction_for_comms`). With HSDP the sum runs over both mesh dims (a reduce-scatter
+inside the replica, an all-reduce across replicas).
 
-Sharding is FSDP2's: dim 0 of every parameter cut in `world` chunks of ceil(rows / world) rows, the
-last ones shorter or empty (`checkpoint.layout.shard_rows`); checkpoints record each rank's rows.
+Each rank holds one box of every parameter (FSDP2's rows of its TP shard): `local_box` says where
+it sits in the whole tensor, and the fills write exactly that box.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-from resilient_slurm.checkpoint.state import local_rows
 from resilient_slurm.config import ModelConfig
 from resilient_slurm.model.lora import (
     BASE_DTYPE,
@@ -46,26 +51,29 @@ from resilient_slurm.model.lora import (
     is_adapter,
 )
 from resilient_slurm.model.decoder import LlamaForCausalLM, init_value
+from resilient_slurm.parallel.tp import apply_tp
 
-FillRows = Callable[[str, tuple[int, ...], int, int, torch.Tensor], None]
-"""rows_of(name, global shape, start, stop, out): write rows [start, stop) of parameter `name` into
-`out`."""
+FillBox = Callable[[str, tuple[int, ...], tuple[int, ...], torch.Tensor], None]
+"""box_of(name, global shape, offset, out): write the box of parameter `name` that starts at
+`offset` (one global index per dim) and has `out`'s shape into `out`."""
 
 
-def build_model(cfg: ModelConfig, mesh: DeviceMesh, device: torch.device) -> LlamaForCausalLM:
-    """The sharded model with its storage allocated but not yet filled (see `fill_random`,
-    `fill_pretrained`)."""
+def build_model(cfg: ModelConfig, mesh: DeviceMesh, device: torch.device,
+                tp: DeviceMesh | None = None) -> LlamaForCausalLM:
+    """The model laid out over `tp` (None: no tensor parallelism) and sharded over `mesh` (the
+    data-parallel mesh: 2-D for HSDP), its storage allocated but not yet filled (`fill`)."""
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
-    prepare(model, cfg, mesh, reshard_after_forward=None)
+    prepare(model, cfg, mesh, tp, reshard_after_forward=None)
     model.to_empty(device=device)
     return model
 
 
-def prepare(model: LlamaForCausalLM, cfg: ModelConfig, mesh: DeviceMesh, reshard_after_forward: bool | None) -> None:
-    """Everything a model (or a pipeline stage) gets before its storage is allocated, in one place,
-    in torchtitan's order: LoRA adapters, activation checkpointing, then FSDP2 units (each decoder
-    layer, then the root). `reshard_after_forward`: None is FSDP2's default (layers shard again after
+def prepare(model: LlamaForCausalLM, cfg: ModelConfig, mesh: DeviceMesh, tp: DeviceMesh | None,
+            reshard_after_forward: bool | None) -> None:
+    """Everything a model (or a pipeline stage) gets before its storage is allocated: LoRA adapters,
+    the blocks made ready (`prepare_blocks`: TP, activation checkpointing, compile), then FSDP2 units
+    over the data-parallel `mesh` (each decoder layer, then the root). `reshard_after_forward`: None is FSDP2's default (layers shard again after
     their forward, the root keeps its weights for the backward that starts there); False under
     pipeline parallelism keeps every unit's weights gathered from its forward to its backward, as
     torchtitan does: a stage runs several micro-batches' forwards before their backwards, and would
@@ -73,7 +81,7 @@ def prepare(model: LlamaForCausalLM, cfg: ModelConfig, mesh: DeviceMesh, reshard
     if cfg.lora.rank is not None:
         apply_lora(model, cfg.lora)
         hold_base_in(model, BASE_DTYPE)
-    model.model.activation_checkpointing = cfg.activation_checkpointing
+    prepare_blocks(model, cfg, tp)
     policy = MixedPrecisionPolicy(param_dtype=getattr(torch, cfg.dtype), reduce_dtype=torch.float32)
     for layer in model.model.layers.values():
         fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
@@ -85,33 +93,60 @@ def prepare(model: LlamaForCausalLM, cfg: ModelConfig, mesh: DeviceMesh, reshard
             module.set_force_sum_reduction_for_comms(True)
 
 
+def prepare_blocks(model: LlamaForCausalLM, cfg: ModelConfig, tp: DeviceMesh | None) -> None:
+    """What comes before FSDP2, in torchtitan's order: tensor parallelism over `tp`, activation
+    checkpointing, each decoder layer compiled (`model.compile`). The one place blocks are made
+    ready, for every layout (a pipeline stage's model too)."""
+    if tp is not None:
+        apply_tp(model, tp, cfg)
+    model.model.activation_checkpointing = cfg.activation_checkpointing
+    if cfg.compile:
+        for layer in model.model.layers.values():
+            layer.compile()
+
+
+def local_box(p: torch.Tensor, local: torch.Tensor) -> tuple[int, ...]:
+    """Where this rank's `local` part of parameter `p` starts in the whole tensor (one offset per
+    dim): all zeros for a plain tensor."""
+    if not isinstance(p, DTensor):
+        return (0,) * p.ndim
+    shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
+    if tuple(shape) != tuple(local.shape):
+        raise ValueError(f"{p.placements} holds a {list(local.shape)} box of a {list(p.shape)} tensor here, "
+                         f"not {list(shape)}: its sharding is not one box per rank")
+    return tuple(offset)
+
+
+def box_slices(offset: tuple[int, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(o, o + n) for o, n in zip(offset, shape))
+
+
 @torch.no_grad()
-def fill(model: nn.Module, rows_of: FillRows) -> None:
-    """Each rank writes its own rows of every parameter (a tied weight once)."""
+def fill(model: nn.Module, box_of: FillBox) -> None:
+    """Each rank writes its own box of every parameter (a tied weight once)."""
     for name, p in model.named_parameters():
-        start, stop = local_rows(p)
         local = p.to_local() if isinstance(p, DTensor) else p
-        rows_of(name, tuple(p.shape), start, stop, local)
+        box_of(name, tuple(p.shape), local_box(p, local), local)
 
 
-def random_rows(cfg: ModelConfig, seed: int) -> FillRows:
-    def rows_of(name: str, shape: tuple[int, ...], start: int, stop: int, out: torch.Tensor) -> None:
-        # The whole tensor is drawn (one at a time) so its values do not depend on the world size.
-        out.copy_(init_value(name, shape, cfg, seed)[start:stop])
+def random_box(cfg: ModelConfig, seed: int) -> FillBox:
+    def box_of(name: str, shape: tuple[int, ...], offset: tuple[int, ...], out: torch.Tensor) -> None:
+        # The whole tensor is drawn (one at a time) so its values do not depend on the layout.
+        out.copy_(init_value(name, shape, cfg, seed)[box_slices(offset, tuple(out.shape))])
 
-    return rows_of
+    return box_of
 
 
-def with_adapters(base: FillRows, seed: int) -> FillRows:
+def with_adapters(base: FillBox, seed: int) -> FillBox:
     """`base` for the base model's parameters, the adapters' initial values for theirs."""
-    def rows_of(name: str, shape: tuple[int, ...], start: int, stop: int, out: torch.Tensor) -> None:
+    def box_of(name: str, shape: tuple[int, ...], offset: tuple[int, ...], out: torch.Tensor) -> None:
         if is_adapter(name):
-            out.copy_(adapter_value(name, shape, seed)[start:stop])
+            out.copy_(adapter_value(name, shape, seed)[box_slices(offset, tuple(out.shape))])
         else:
-            base(name, shape, start, stop, out)
+            base(name, shape, offset, out)
 
-    return rows_of
+    return box_of
 
 
 def fill_random(model: nn.Module, cfg: ModelConfig, seed: int) -> None:
-    fill(model, with_adapters(random_rows(cfg, seed), seed))
+    fill(model, with_adapters(random_box(cfg, seed), seed))

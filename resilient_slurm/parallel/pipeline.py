@@ -3,8 +3,9 @@
 
 Each stage is a `LlamaForCausalLM` holding only its layers (`decoder.Part`; stages cut by
 `config.parallel.stage_layers`), built on the meta device and prepared like a whole model
-(`fsdp.prepare`: LoRA, activation checkpointing, FSDP2 over the data-parallel mesh, the stage its own
-root so that the schedule reduces its gradients when its last backward is done). `view` is one module
+(`fsdp.prepare`: LoRA, tensor parallelism, activation checkpointing, compiled blocks, FSDP2 over the
+data-parallel mesh, the stage its own root so that the schedule reduces its gradients when its
+last backward is done). `view` is one module
 over this rank's stages, sharing their submodules: its parameter names are the global ones
 (`model.layers.17...`), which the optimizer, the checkpoint and the export use.
 
@@ -139,7 +140,7 @@ def build_stages(cfg: ModelConfig, schedule_name: str, stages_per_rank: int, mes
     for i in indices:
         with torch.device("meta"):
             stage = LlamaForCausalLM(cfg, Part(tuple(cuts[i]), first=i == 0, last=i == num_stages - 1))
-        fsdp.prepare(stage, cfg, mesh.dp, reshard_after_forward=False)
+        fsdp.prepare(stage, cfg, mesh.dp, mesh.tp, reshard_after_forward=False)
         stage.to_empty(device=device)
         modules.append(stage)
     assert mesh.pp_group is not None

@@ -29,7 +29,10 @@ from resilient_slurm.model.pretrained import HFWeights, expected_shapes, identit
 
 def build_model(cfg: Config, comm: Comm, mesh: ParallelMesh | None = None) -> LlamaForCausalLM:
     """The model laid out over the run's mesh (None: FSDP2 over every rank), with its initial weights."""
-    model = fsdp.build_model(cfg.model, mesh.dp if mesh is not None else comm.mesh, comm.device)
+    if mesh is None:
+        model = fsdp.build_model(cfg.model, comm.mesh, comm.device)
+    else:
+        model = fsdp.build_model(cfg.model, mesh.dp, comm.device, tp=mesh.tp)
     fill_initial(model, cfg)
     return model
 
@@ -43,8 +46,8 @@ def build_pipeline(cfg: Config, comm: Comm, mesh: ParallelMesh) -> Stages:
 
 
 def fill_initial(model: nn.Module, cfg: Config) -> None:
-    """(Re)write this rank's shards with the initial weights: the pretrained ones, read row range
-    by row range from their files, or the seeded random ones; LoRA adapters from their seed."""
+    """(Re)write this rank's shards with the initial weights: the pretrained ones, read box by box
+    (the box's rows) from their files, or the seeded random ones; LoRA adapters from their seed."""
     if not cfg.model.pretrained:
         fsdp.fill_random(model, cfg.model, cfg.train.seed)
         return
@@ -54,15 +57,15 @@ def fill_initial(model: nn.Module, cfg: Config) -> None:
     except INPUT_ERRORS as e:
         raise InputError(str(e)) from None
 
-    def rows_of(name: str, shape: tuple[int, ...], start: int, stop: int, out: torch.Tensor) -> None:
+    def box_of(name: str, shape: tuple[int, ...], offset: tuple[int, ...], out: torch.Tensor) -> None:
         if out.device.type == "cpu":
-            weights.read_rows(name, start, stop, out)
+            weights.read_box(name, offset, out)
         else:  # the file's bytes land in host memory first
             host = torch.empty(out.shape, dtype=out.dtype)
-            weights.read_rows(name, start, stop, host)
+            weights.read_box(name, offset, host)
             out.copy_(host)
 
-    fsdp.fill(model, fsdp.with_adapters(rows_of, cfg.train.seed))
+    fsdp.fill(model, fsdp.with_adapters(box_of, cfg.train.seed))
 
 
 def base_model(cfg: Config) -> dict[str, Any] | None:

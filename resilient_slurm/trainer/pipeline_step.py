@@ -7,7 +7,9 @@ target-token count, computed on the last stage (the schedule's loss function, wi
 last backward. Each stage gets only what it needs of the rank's micro-batches: the token ids to the
 first, the labels to the last, positions and document ids to all (they make the rotary tables and
 the attention mask there). The global norm is the square root of the stages' summed squared norms
-(torchtitan's), the tied embedding's copy counted once.
+(torchtitan's; parallel/clip.py), the tied embedding's copy counted once. Under tensor parallelism
+the last stage's logits stay sharded on the vocabulary, and the whole schedule runs under
+`loss_parallel` (the loss's backward starts inside it).
 
 Running out of memory is not retried under a pipeline: the rank that ran out cannot tell its
 pipeline peers, which wait for it in point-to-point receives that no agreement point can reach
@@ -18,16 +20,17 @@ launcher ends its waiting peers.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed as dist
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
 
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.errors import InputError
 from resilient_slurm.model.decoder import token_loss_sum
+from resilient_slurm.parallel.clip import grad_norm
 from resilient_slurm.parallel.pipeline import Stages
 from resilient_slurm.session.distributed import Comm
 from resilient_slurm.trainer.oom import describe
@@ -41,8 +44,9 @@ class PipelineOutOfMemory(InputError):
 class PipelineStepRunner(StepRunner):
     def __init__(self, stages: Stages, optimizer: torch.optim.Optimizer,
                  scheduler: torch.optim.lr_scheduler.LRScheduler, comm: Comm, grad_clip: float,
-                 documents: bool = True, counts_data: bool = True) -> None:
-        super().__init__(stages.view, optimizer, scheduler, comm, grad_clip, documents, counts_data, guard=False)
+                 documents: bool = True, counts_data: bool = True, vocab_parallel: bool = False) -> None:
+        super().__init__(stages.view, optimizer, scheduler, comm, grad_clip, documents, counts_data,
+                         vocab_parallel=vocab_parallel, guard=False)
         self.stages = stages
         self.norm_params = stages.norm_parameters()
         self.schedule: Any = None
@@ -81,7 +85,9 @@ class PipelineStepRunner(StepRunner):
         target = joined("labels") if st.last else None
         error: str | None = None
         try:
-            self.schedule.step(*args, target=target, return_outputs=False, **kwargs)
+            # The last stage's backward starts from the loss: under TP both need loss_parallel.
+            with loss_parallel() if self.vocab_parallel else contextlib.nullcontext():
+                self.schedule.step(*args, target=target, return_outputs=False, **kwargs)
         except torch.OutOfMemoryError as e:
             error = describe(e)
         if error is not None:  # out of the handler: its frames' activations are gone
@@ -94,18 +100,10 @@ class PipelineStepRunner(StepRunner):
         return loss_sum
 
     def _clip(self) -> float:
-        grads = [p.grad for p in self.norm_params if p.grad is not None]
-        if grads:
-            norm = torch.nn.utils.get_total_norm(grads, 2.0)
-            local = norm.full_tensor() if isinstance(norm, DTensor) else norm
-        else:
-            local = torch.zeros((), device=self.comm.device)
-        squared = local.float() ** 2
-        dist.all_reduce(squared, group=self.stages.group)
-        total = squared.sqrt()
-        max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
-        torch.nn.utils.clip_grads_with_norm_(self.params, max_norm, total)
-        return float(total)
+        norm = grad_norm(self.norm_params, self.stages.group)
+        if self.grad_clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(self.params, self.grad_clip, norm)
+        return float(norm)
 
     def _abandon_update(self, error: str | None) -> Exception:
         return self._out_of_memory("optimizer step", error or "another rank ran out")

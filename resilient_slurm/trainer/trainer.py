@@ -82,10 +82,13 @@ class Trainer:
         """A LoRA run's base model (path, identity): recorded in its checkpoints, checked on resume."""
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.steps)
+        tp = self.mesh.tp is not None
         self.runner = PipelineStepRunner(self.stages, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
-                                         documents=self.pipeline.documents, counts_data=place.counts_data) \
+                                         documents=self.pipeline.documents, counts_data=place.counts_data,
+                                         vocab_parallel=tp) \
             if self.stages else StepRunner(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
-                                           documents=self.pipeline.documents, counts_data=place.counts_data)
+                                           documents=self.pipeline.documents, counts_data=place.counts_data,
+                                           vocab_parallel=tp)
         self.sampler = self.pipeline.sampler
         self.session = Session(cfg, run_dir, comm, stop, events, model=self.model, optimizer=self.optimizer,
                                scheduler=self.scheduler, train_fields=self._train_fields,

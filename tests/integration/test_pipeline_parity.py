@@ -1,6 +1,7 @@
 """Pipeline parallelism against one process: 4 gloo ranks as pp 2 x dp 2 (real FSDP2 and
-torch.distributed.pipelining), a model written by transformers' save_pretrained, three optimizer
-steps of the project's PipelineStepRunner per schedule, and a tied-embedding model. Each rank also
+torch.distributed.pipelining) with each schedule, as tp 2 x pp 2 (DTensor tensor parallelism in
+each stage, the loss vocabulary-parallel), and a tied-embedding model; a model written by
+transformers' save_pretrained, three optimizer steps of the project's PipelineStepRunner each. Each rank also
 trains the whole model alone (the reference) on the same global batches: step 1's loss agrees to
 1e-5 relative, and after three steps the tied embedding's two copies (first and last stage) are
 bit-equal and agree with the reference's weight."""
@@ -26,7 +27,9 @@ from tests.ports import free_port
 pytestmark = pytest.mark.slow
 
 WORLD, ROWS, SEQ, MICRO, STEPS = 4, 8, 16, 1, 3
-CASES = [("1f1b", False), ("gpipe", False), ("interleaved_1f1b", False), ("1f1b", True)]
+CASES = [("1f1b", False, 1), ("gpipe", False, 1), ("interleaved_1f1b", False, 1), ("1f1b", True, 1),
+         ("1f1b", False, 2)]
+"""(schedule, tied embeddings, tp): pp 2 x dp 2, or tp 2 x pp 2."""
 
 
 def batches(vocab: int) -> list[Batch]:
@@ -74,10 +77,10 @@ def reference(cfg: Config, data: list[Batch]) -> tuple[list[float], torch.Tensor
 def _worker(rank: int, port: int, hf: dict[bool, str]) -> None:
     torch.set_num_threads(1)
     comm = Comm(RankInfo(rank, WORLD, rank, "127.0.0.1", port))
-    for schedule, tied in CASES:
+    for schedule, tied, tp in CASES:
         model = apply_pretrained(ModelConfig(pretrained=hf[tied]))
         assert model.tie_embeddings is tied
-        cfg = Config(model=model, parallel=ParallelConfig(pp=2, pp_schedule=schedule))
+        cfg = Config(model=model, parallel=ParallelConfig(pp=2, pp_schedule=schedule, tp=tp))
         layout = resolve(cfg.parallel, WORLD)
         assert not isinstance(layout, str)
         mesh = ParallelMesh(layout, "cpu", rank)
@@ -85,7 +88,7 @@ def _worker(rank: int, port: int, hf: dict[bool, str]) -> None:
         stages = build.build_pipeline(cfg, comm, mesh)
         optimizer = build_optimizer(stages.view, cfg.optim)
         runner = PipelineStepRunner(stages, optimizer, build_scheduler(optimizer, cfg.optim, 10), comm,
-                                    cfg.optim.grad_clip, counts_data=place.counts_data)
+                                    cfg.optim.grad_clip, counts_data=place.counts_data, vocab_parallel=tp > 1)
         data = batches(model.vocab_size)
         accumulation = ROWS // (MICRO * place.dp_size)
         got = []
@@ -93,14 +96,14 @@ def _worker(rank: int, port: int, hf: dict[bool, str]) -> None:
             mine = rank_micro_batches(list(range(ROWS)), MICRO, place.dp_size, place.dp_rank, accumulation)
             got.append(runner.step([rows(b, m) for m in mine]).loss)
         expected, embedding = reference(cfg, data)
-        case = f"{schedule}{' tied' if tied else ''}"
+        case = f"{schedule}{' tied' if tied else ''} tp {tp}"
         assert abs(got[0] - expected[0]) <= 1e-5 * abs(expected[0]), (case, got[0], expected[0])
         assert all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(got, expected)), (case, got, expected)
         if tied:
             # Both copies, whole, on every rank of the pair: the same bits, and the reference's values.
             copy = stages.view.get_parameter(TIED).full_tensor() if stages.first or stages.last else None
             copies = comm.all_gather_object(copy)
-            first, last = copies[place.dp_rank], copies[2 + place.dp_rank]  # pp 0 and pp 1, this dp rank
+            first, last = copies[rank % 2], copies[2 + rank % 2]  # pp 0 and pp 1 of this rank's coordinate
             assert torch.equal(first, last), case
             assert torch.allclose(first, embedding, rtol=0, atol=1e-5), (case, float((first - embedding).abs().max()))
     comm.close()
