@@ -13,9 +13,9 @@ the last stage's logits stay sharded on the vocabulary, and the whole schedule r
 
 Running out of memory is not retried under a pipeline: the rank that ran out cannot tell its
 pipeline peers, which wait for it in point-to-point receives that no agreement point can reach
-(trainer/oom.py agrees at FSDP2 units, which the stages run at different times). That rank ends
-the run with a line naming the micro-batch to lower (`PipelineOutOfMemory`, no restart), and the
-launcher ends its waiting peers.
+(trainer/oom.py agrees at FSDP2 units, which the stages run at different times). That rank stops
+with a line naming the micro-batch to lower (`PipelineOutOfMemory`, recorded as its crash), and
+the launcher ends its waiting peers.
 """
 
 from __future__ import annotations
@@ -88,8 +88,11 @@ class PipelineStepRunner(StepRunner):
             # The last stage's backward starts from the loss: under TP both need loss_parallel.
             with loss_parallel() if self.vocab_parallel else contextlib.nullcontext():
                 self.schedule.step(*args, target=target, return_outputs=False, **kwargs)
-        except torch.OutOfMemoryError as e:
-            error = describe(e)
+        except Exception as e:  # noqa: BLE001 - torch wraps a stage forward's error in its own
+            oom = _out_of_memory_in(e)
+            if oom is None:
+                raise
+            error = describe(oom)
         if error is not None:  # out of the handler: its frames' activations are gone
             raise self._out_of_memory("forward/backward", error)
         st.sync_tied()
@@ -114,3 +117,11 @@ class PipelineStepRunner(StepRunner):
             f"{self.comm.rank} ({error}); a pipelined step is not redone at a smaller micro-batch (the other stages "
             f"wait for this one in point-to-point transfers); lower data.micro_batch_size, turn on "
             f"model.activation_checkpointing, or raise parallel.pp")
+
+
+def _out_of_memory_in(error: BaseException | None) -> BaseException | None:
+    """The out-of-memory error `error` is or was raised from (PipelineStage.forward_one_chunk
+    re-raises a stage's error as a RuntimeError from it), else None."""
+    while error is not None and not isinstance(error, torch.OutOfMemoryError):
+        error = error.__cause__
+    return error

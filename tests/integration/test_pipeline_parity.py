@@ -4,7 +4,10 @@ each stage, the loss vocabulary-parallel), and a tied-embedding model; a model w
 transformers' save_pretrained, three optimizer steps of the project's PipelineStepRunner each. Each rank also
 trains the whole model alone (the reference) on the same global batches: step 1's loss agrees to
 1e-5 relative, and after three steps the tied embedding's two copies (first and last stage) are
-bit-equal and agree with the reference's weight."""
+bit-equal and agree with the reference's weight. Last, a stage's forward runs out of memory on rank
+0 (torch.OutOfMemoryError raised by hand, the CUDA allocator's type; there is no GPU here): that
+rank stops with the line that names the fix, and its peers, waiting for it, are ended by mp.spawn
+as the launcher would end them."""
 
 import pytest
 import torch
@@ -106,11 +109,23 @@ def _worker(rank: int, port: int, hf: dict[bool, str]) -> None:
             first, last = copies[rank % 2], copies[2 + rank % 2]  # pp 0 and pp 1 of this rank's coordinate
             assert torch.equal(first, last), case
             assert torch.allclose(first, embedding, rtol=0, atol=1e-5), (case, float((first - embedding).abs().max()))
+
+    if rank == 0:
+        next(iter(stages.modules[0].model.layers.values())).register_forward_pre_hook(_out_of_memory)
+    runner.step([rows(data[0], m) for m in mine])
     comm.close()
 
 
-def test_pipelined_steps_match_one_process_with_each_schedule_and_tied_embeddings(tmp_path):
+def _out_of_memory(*_: object) -> None:
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+
+
+def test_pipelined_steps_match_one_process_and_running_out_of_memory_stops_with_the_fix(tmp_path):
     hf = {tied: str(make_hf_model(tmp_path / f"tied-{tied}", num_hidden_layers=4, tie_word_embeddings=tied))
           for tied in (False, True)}
-    mp.spawn(_worker, args=(free_port(), hf), nprocs=WORLD, join=True)
+    with pytest.raises(mp.ProcessRaisedException) as stopped:
+        mp.spawn(_worker, args=(free_port(), hf), nprocs=WORLD, join=True)
+    assert "PipelineOutOfMemory: data.micro_batch_size: out of device memory in the forward/backward under pipeline " \
+           "parallelism on rank 0 (CUDA out of memory. Tried to allocate 2.00 GiB (injected)); a pipelined step is " \
+           "not redone" in str(stopped.value), str(stopped.value)[-3000:]
 
