@@ -2,7 +2,8 @@
 at pp 2 x dp 2 and resumed each time, a run ends bit-identical to its uninterrupted twin (each stage
 saves and loads its own layers, the checkpoint format holding what every stage has); and a run
 resharded from dp 2 into tp 2 x pp 2 and out to one rank trains the same global batches as a
-straight run on one rank, its losses within 1e-4 relative."""
+straight run on one rank, its losses within 1e-4 relative, a NaN loss at tp 2 x pp 2 rolled back
+past its data exactly as the straight run rolls back."""
 
 import json
 import signal
@@ -50,22 +51,28 @@ def test_pipelined_run_interrupted_three_ways_ends_bit_identical(tmp_path):
 
 
 def test_resharding_into_and_out_of_tp2_pp2_keeps_the_global_batches(tmp_path):
-    code, out = finish(launch(tmp_path, "straight", "cluster.ranks=1", base=BASE))
+    nan = [*BASE, "fault.nan_at_step=25", "monitor.rollback_skip_batches=5"]  # back to step 20, 5 batches skipped
+    code, out = finish(launch(tmp_path, "straight", "cluster.ranks=1", base=nan))
     assert code == ExitCode.DONE, out
 
     rdir = run_dir(tmp_path, "resharded")
-    code, out = interrupt(launch(tmp_path, "resharded", "cluster.ranks=2", base=BASE), rdir, 15, signal.SIGUSR1)
+    code, out = interrupt(launch(tmp_path, "resharded", "cluster.ranks=2", base=nan), rdir, 15, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
-    code, out = interrupt(launch(tmp_path, "resharded", *PP, "parallel.tp=2", base=BASE), rdir, 35, signal.SIGUSR1)
+    code, out = interrupt(launch(tmp_path, "resharded", *PP, "parallel.tp=2", base=nan), rdir, 35, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
-    code, out = finish(launch(tmp_path, "resharded", "cluster.ranks=1", base=BASE))
+    code, out = finish(launch(tmp_path, "resharded", "cluster.ranks=1", base=nan))
     assert code == ExitCode.DONE, out
 
-    starts = [e.details.world_size for e in events(rdir) if e.kind is Kind.START]
+    ev = events(rdir)
+    starts = [e.details.world_size for e in ev if e.kind is Kind.START]
     assert starts == [2, 4, 1]
+    (rollback,) = [e for e in ev if e.kind is Kind.ROLLBACK]
+    assert (rollback.details.anomaly_step, rollback.step) == (25, 20)
+    assert [e.step for e in events(run_dir(tmp_path, "straight")) if e.kind is Kind.ROLLBACK] == [20]
     for ckpt in sorted((rdir / "checkpoints").glob("step_*")):
         state = json.loads((ckpt / "train_state.json").read_text())
-        assert state["samples_consumed"] == state["step"] * 4  # data.global_batch_size in runs.SMALL
+        skipped = 5 if state["step"] > 20 else 0  # the rollback's
+        assert state["samples_consumed"] == (state["step"] + skipped) * 4  # data.global_batch_size in runs.SMALL
     got, straight = losses(rdir), losses(run_dir(tmp_path, "straight"))
     assert sorted(got) == sorted(straight) == list(range(1, STEPS + 1))
     worst = max(abs(got[s] - straight[s]) / abs(straight[s]) for s in straight)
