@@ -46,10 +46,11 @@ class Config:
 # Keys that change where or how a run executes, not what it computes: a relaunch may change them,
 # and they are never part of a run's name.
 # The micro-batch is one: the loss is normalised by the global batch's token count, so cutting the same
-# rows into other micro-batches changes only the order of a sum, as a new world size does.
+# rows into other micro-batches changes only the order of a sum, as a new world size does. So is the
+# layout (parallel.*): every layout trains the same global batches, and checkpoints load at any other.
 PLACEMENT_PREFIXES = ("run.", "cluster.", "checkpoint.", "monitor.", "health.", "fault.", "tracking.", "eval.",
                       "train.log_every_steps", "train.threads", "train.pause_at_step", "data.cache_dir", "sweep.",
-                      "data.micro_batch_size")
+                      "data.micro_batch_size", "parallel.")
 
 
 def validate(cfg: Config) -> list[str]:
