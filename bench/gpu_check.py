@@ -243,7 +243,7 @@ def check_steps(run: Run, batches: list[Any], accumulation: int, steps: int) -> 
     device = run.comm.device
     out: list[Check] = []
     compute: list[torch.dtype] = []
-    hook = run.model.model.layers[0].register_forward_hook(lambda _m, _i, o: compute.append(o.dtype))
+    hook = run.model.model.layers["0"].register_forward_hook(lambda _m, _i, o: compute.append(o.dtype))
     step_batches = [batches[i:i + accumulation] for i in range(0, len(batches), accumulation)]
     timing: dict[str, float] = {}
     for deterministic in (True, False):

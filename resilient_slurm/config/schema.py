@@ -12,7 +12,7 @@ from resilient_slurm.config.data import DataConfig
 from resilient_slurm.config.faults import FaultConfig
 from resilient_slurm.config.model import ModelConfig
 from resilient_slurm.config.monitor import HealthConfig, MonitorConfig
-from resilient_slurm.config.parallel import Layout, ParallelConfig, resolve
+from resilient_slurm.config.parallel import Layout, ParallelConfig, interleaved_problem, resolve
 from resilient_slurm.config.run import RunConfig
 from resilient_slurm.config.sweep import SweepConfig
 from resilient_slurm.config.tracking import EvalConfig, TrackingConfig
@@ -47,7 +47,7 @@ class Config:
 # and they are never part of a run's name.
 # The micro-batch is one: the loss is normalised by the global batch's token count, so cutting the same
 # rows into other micro-batches changes only the order of a sum, as a new world size does. So is the
-# layout (parallel.*): checkpoints load at any other, and every data-parallel group reads the same rows.
+# layout (parallel.*): every layout trains the same global batches, and checkpoints load at any other.
 PLACEMENT_PREFIXES = ("run.", "cluster.", "checkpoint.", "monitor.", "health.", "fault.", "tracking.", "eval.",
                       "train.log_every_steps", "train.threads", "train.pause_at_step", "data.cache_dir", "sweep.",
                       "data.micro_batch_size", "parallel.")
@@ -124,7 +124,9 @@ def layout_problems(cfg: Config, lay: Layout) -> list[str]:
     """What the model, the data and the nodes must allow of a layout: TP inside a node and dividing
     the heads (GQA with fewer KV heads than TP ranks is refused, as torchtitan does: replicating KV
     heads would change the checkpoint's shapes per TP degree), the sequence split by sequence
-    parallelism, a stage per layer at least, whole micro-batches for every data-parallel group."""
+    parallelism, a stage per layer at least, whole micro-batches for every data-parallel group, as
+    many as the stages (and the rounds an interleaved schedule cuts them into), and no decoding
+    evaluation through a pipeline."""
     m, d, par = cfg.model, cfg.data, cfg.parallel
     p = Problems()
     node = ranks_per_node(cfg.cluster)
@@ -153,6 +155,15 @@ def layout_problems(cfg: Config, lay: Layout) -> list[str]:
            f"parallel.pp: {lay.pp} stages need at least {lay.pp} micro-batches per step, and a step has "
            f"{micro_batches} (global_batch_size / (micro_batch_size * {lay.dp} data-parallel ranks)); raise "
            f"data.global_batch_size or lower data.micro_batch_size")
+    interleaved = interleaved_problem(micro_batches, lay.pp) if lay.pp > 1 and micro_batches >= lay.pp and \
+        par.pp_schedule == "interleaved_1f1b" else None
+    if interleaved:
+        p.need(False, interleaved)
+    e = cfg.eval
+    p.need(lay.pp == 1 or not e.every_steps or not e.task_samples or d.kind == "tokens",
+           f"eval.task_samples: {e.task_samples} with parallel.pp={lay.pp}; greedy decoding through a pipeline "
+           f"(each new token back from the last stage to the first) is not built, only the validation loss is; "
+           f"set eval.task_samples=0, or parallel.pp=1")
     return p
 
 
@@ -195,31 +206,30 @@ def timeouts(cfg: Config) -> list[str]:
 
 
 def shrinkable(cfg: Config) -> list[str]:
-    """A run that may shrink inside its allocation: at every node count it may shrink to, the layout
-    must resolve (a lost node takes whole data-parallel groups with it, so the fixed degrees
-    dp_replicate*tp*pp must divide the ranks left) and the global batch must divide into whole
-    micro-batches of every data-parallel group (checked only once the allocation's own keys are
-    right)."""
-    k, d = cfg.cluster, cfg.data
+    """A run that may shrink inside its allocation: at every world size it may shrink to, the layout
+    must resolve (an elastic shrink drops whole data-parallel groups: the other degrees stay), the
+    global batch must divide over the data-parallel groups left, and an interleaved pipeline's rounds
+    must divide the micro-batches (checked only once the allocation's own keys are right)."""
+    k, d, par = cfg.cluster, cfg.data, cfg.parallel
     if not driven(k) or k.spare_nodes < 0 or not 0 <= k.elastic.min_nodes <= k.nodes:
         return []
-    unresolved: dict[int, str] = {}
-    bad: list[int] = []
-    for n in range(min_nodes(k), k.nodes + 1):
-        lay = resolve(cfg.parallel, n * k.tasks_per_node)
-        if isinstance(lay, str):
-            if n < k.nodes:  # at the full size the layout's own check says it
-                unresolved[n] = lay
-        elif d.global_batch_size % max(d.micro_batch_size * lay.dp, 1):
-            bad.append(n)
+    sizes = range(min_nodes(k), k.nodes + 1)
+    laid = {n: resolve(par, n * k.tasks_per_node) for n in sizes}
+    unresolved = [n for n, lay in laid.items() if isinstance(lay, str)]
     if unresolved:
-        n = min(unresolved)
-        return [f"cluster.elastic.min_nodes: at {n} node(s), which the run may shrink to, {unresolved[n]}; raise "
-                f"min_nodes to a node count whose ranks the fixed degrees divide, or set cluster.elastic.min_nodes="
-                f"{k.nodes} (no shrinking)"]
-    if not bad:
-        return []
-    return [f"cluster.elastic.min_nodes: data.global_batch_size={d.global_batch_size} is not a multiple of "
-            f"micro_batch_size*data-parallel ranks at {', '.join(map(str, bad))} node(s), which the run may shrink "
-            f"to; raise min_nodes or choose a global batch that every world size from {min_nodes(k)} to {k.nodes} "
-            f"nodes divides"]
+        return [f"cluster.elastic.min_nodes: the run may shrink to {unresolved[0]} node(s), where {laid[unresolved[0]]}; "
+                f"raise min_nodes, or make parallel.dp_replicate*tp*pp divide the ranks of every size from "
+                f"{min_nodes(k)} to {k.nodes} nodes"]
+    dp = {n: lay.dp for n, lay in laid.items() if not isinstance(lay, str)}
+    bad = [n for n in sizes if d.global_batch_size % max(d.micro_batch_size * dp[n], 1)]
+    if bad:
+        return [f"cluster.elastic.min_nodes: data.global_batch_size={d.global_batch_size} is not a multiple of "
+                f"micro_batch_size*data-parallel ranks at {', '.join(map(str, bad))} node(s), which the run may shrink "
+                f"to; raise min_nodes or choose a global batch that every world size from {min_nodes(k)} to {k.nodes} "
+                f"nodes divides"]
+    if par.pp > 1 and par.pp_schedule == "interleaved_1f1b":
+        for n in sizes:
+            problem = interleaved_problem(d.global_batch_size // max(d.micro_batch_size * dp[n], 1), par.pp)
+            if problem:
+                return [f"cluster.elastic.min_nodes: at {n} node(s), which the run may shrink to, {problem}"]
+    return []

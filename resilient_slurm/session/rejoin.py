@@ -59,10 +59,14 @@ class Instruction:
     """time.time() when the driver decided (the restart's breakdown counts from the failure to it)."""
 
 
-def peer_gone(error: BaseException) -> bool:
-    """The exception is a collective's failure because a peer is gone, not this rank's own fault. Pure."""
-    text = str(error)
-    return any(marker in text for marker in PEER_GONE)
+def peer_gone(error: BaseException | None) -> bool:
+    """The exception is a collective's failure because a peer is gone, not this rank's own fault, or
+    was raised from one (a pipeline stage's forward wraps what failed inside it). Pure."""
+    while error is not None:
+        if any(marker in str(error) for marker in PEER_GONE):
+            return True
+        error = error.__cause__
+    return False
 
 
 def instruction_path(run_dir: Path, job_id: str, restart: int, generation: int) -> Path:

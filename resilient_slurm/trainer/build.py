@@ -19,6 +19,8 @@ from resilient_slurm.checkpoint.dcp_io import fill_model
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
 from resilient_slurm.parallel import fsdp
+from resilient_slurm.parallel.pipeline import Stages, build_stages
+from resilient_slurm.errors import InputError
 from resilient_slurm.session.distributed import Comm
 from resilient_slurm.parallel.mesh import ParallelMesh
 from resilient_slurm.model.decoder import LlamaForCausalLM
@@ -33,6 +35,14 @@ def build_model(cfg: Config, comm: Comm, mesh: ParallelMesh | None = None) -> Ll
         model = fsdp.build_model(cfg.model, mesh.dp, comm.device, tp=mesh.tp)
     fill_initial(model, cfg)
     return model
+
+
+def build_pipeline(cfg: Config, comm: Comm, mesh: ParallelMesh) -> Stages:
+    """This rank's pipeline stages (parallel.pp > 1), with their initial weights: a tied head's copy
+    on the last stage gets the embedding's, filled by the same name."""
+    stages = build_stages(cfg.model, cfg.parallel.pp_schedule, cfg.parallel.stages_per_rank, mesh, comm.device)
+    fill_initial(stages.view, cfg)
+    return stages
 
 
 def fill_initial(model: nn.Module, cfg: Config) -> None:

@@ -36,8 +36,9 @@ class FaultInjector:
         weights, where a real activation allocation would fail."""
         if self.active and self.cfg.oom_at_step:
             layers = model.get_submodule("model.layers")
-            assert isinstance(layers, nn.ModuleList)
-            layers[len(layers) // 2].register_forward_pre_hook(self._out_of_memory)
+            assert isinstance(layers, nn.ModuleDict)
+            held = list(layers.values())  # this rank's layers: a pipeline stage holds some of them
+            held[len(held) // 2].register_forward_pre_hook(self._out_of_memory)
 
     def before_step(self, step: int, micro_batch: int) -> None:
         """Called as step `step` (1-based) begins, with the micro-batch it runs at."""

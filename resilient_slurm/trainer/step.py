@@ -55,12 +55,15 @@ class StepRunner:
         documents: bool = True,
         counts_data: bool = True,
         vocab_parallel: bool = False,
+        guard: bool = True,
     ) -> None:
         """`documents`: rows hold several documents (the model keeps attention inside each); False:
         each row is one causal sequence, and the model takes the plain causal kernel. `counts_data`:
         this rank speaks for its data-parallel group in the world-wide sums of tokens and loss (the
         other tensor and pipeline ranks of the group hold the same rows: counted once).
-        `vocab_parallel`: the model's logits are sharded on the vocabulary (tensor parallelism)."""
+        `vocab_parallel`: the model's logits are sharded on the vocabulary (tensor parallelism).
+        `guard`: agree on running out of memory at every FSDP2 unit (trainer/oom.py); off where ranks
+        run different units (pipeline stages)."""
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -70,7 +73,7 @@ class StepRunner:
         self.counts_data = counts_data
         self.vocab_parallel = vocab_parallel
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.guard = OomGuard(model, comm, communicating(model) if vocab_parallel else ())
+        self.guard = OomGuard(model, comm, communicating(model) if vocab_parallel else ()) if guard else None
 
     def step(self, micro_batches: list[Batch], poison: bool = False,
              progress: Callable[[], None] | None = None) -> StepResult:
@@ -82,16 +85,42 @@ class StepRunner:
         from a clean state; in the optimizer step the update may be half applied, and it cannot.
         """
         start = time.perf_counter()
-        local_targets = float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro_batches)) * self.counts_data
-        local_inputs = float(sum(b.input_ids.numel() for b in micro_batches)) * self.counts_data
+        local_targets, local_inputs = 0.0, 0.0
+        if self.counts_data:
+            local_targets = float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro_batches))
+            local_inputs = float(sum(b.labels.numel() for b in micro_batches))
         global_tokens, global_inputs = self.comm.sum_floats([local_targets, local_inputs])
         compute_start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.train()
+        loss_sum = self._compute(micro_batches, max(global_tokens, 1.0), poison, progress)
+        compute_s = time.perf_counter() - compute_start
+        grad_norm = self._clip()
+        lr = self.optimizer.param_groups[0]["lr"]
+        error: str | None = None
+        try:
+            self.optimizer.step()
+        except torch.OutOfMemoryError as e:
+            error = describe(e)
+        # The loss's all-reduce also counts the ranks whose update ran out: no collective more.
+        total_loss, ran_out = self.comm.sum_floats([float(loss_sum) * self.counts_data, 0.0 if error is None else 1.0])
+        if ran_out:
+            raise self._abandon_update(error)
+        self.scheduler.step()
+        return StepResult(
+            loss=total_loss / max(global_tokens, 1.0), grad_norm=grad_norm, lr=lr,
+            tokens=int(global_inputs), target_tokens=int(global_tokens), seconds=time.perf_counter() - start,
+            compute_s=compute_s,
+        )
+
+    def _compute(self, micro_batches: list[Batch], global_tokens: float, poison: bool,
+                 progress: Callable[[], None] | None) -> torch.Tensor:
+        """The step's forwards and backwards, agreed on running out of memory; the summed loss."""
+        assert self.guard is not None
         error: str | None = None
         peer = False
         try:
-            loss_sum = self._forward_backward(micro_batches, max(global_tokens, 1.0), poison, progress)
+            loss_sum = self._forward_backward(micro_batches, global_tokens, poison, progress)
             self.guard.agree()  # nobody ran out in the last backward's tail either: on to clipping
         except torch.OutOfMemoryError as e:
             if inside_fsdp(e):
@@ -102,24 +131,17 @@ class StepRunner:
         if error is not None or peer:
             # Out of the handler: the error's traceback, and the activations its frames hold, are gone.
             raise self.guard.abandon("forward/backward", error, agreed=False)
-        compute_s = time.perf_counter() - compute_start
+        return loss_sum
+
+    def _clip(self) -> float:
+        """Clip to the global gradient norm (over every shard) and return it."""
         max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
-        grad_norm = clip_grad_norm(self.params, max_norm)
-        lr = self.optimizer.param_groups[0]["lr"]
-        try:
-            self.optimizer.step()
-        except torch.OutOfMemoryError as e:
-            error = describe(e)
-        # The loss's all-reduce also counts the ranks whose update ran out: no collective more.
-        total_loss, ran_out = self.comm.sum_floats([float(loss_sum) * self.counts_data, 0.0 if error is None else 1.0])
-        if ran_out:
-            raise self.guard.abandon("optimizer", error, agreed=True)
-        self.scheduler.step()
-        return StepResult(
-            loss=total_loss / max(global_tokens, 1.0), grad_norm=grad_norm, lr=lr,
-            tokens=int(global_inputs), target_tokens=int(global_tokens), seconds=time.perf_counter() - start,
-            compute_s=compute_s,
-        )
+        return clip_grad_norm(self.params, max_norm)
+
+    def _abandon_update(self, error: str | None) -> Exception:
+        """What every rank raises when some rank ran out of memory in the optimizer step."""
+        assert self.guard is not None
+        return self.guard.abandon("optimizer", error, agreed=True)
 
     def _forward_backward(self, micro_batches: list[Batch], global_tokens: float, poison: bool,
                           progress: Callable[[], None] | None) -> torch.Tensor:

@@ -47,6 +47,7 @@ from resilient_slurm.session.resume import Registered
 from resilient_slurm.session.session import Session
 from resilient_slurm.session.step_sync import StepSync
 from resilient_slurm.process.signals import StopRequest
+from resilient_slurm.trainer.pipeline_step import PipelineStepRunner
 from resilient_slurm.trainer.step import StepResult, StepRunner
 from resilient_slurm.tracking import Table
 
@@ -75,14 +76,23 @@ class Trainer:
         self.pipeline = open_pipeline(cfg, run_dir, comm, place.dp_rank, place.dp_size)
         self.steps = train_steps(cfg)
         """The run's length: train.max_steps, or the steps train.max_tokens takes."""
-        self.model = build.build_model(cfg, comm, self.mesh)
+        self.stages = build.build_pipeline(cfg, comm, self.mesh) if laid_out.pp > 1 else None
+        """This rank's pipeline stages (parallel.pp > 1); `model` is then one module over them."""
+        self.model = self.stages.view if self.stages else build.build_model(cfg, comm, self.mesh)
+        self.parameter_counts = self.stages.count_parameters() if self.stages else (
+            num_parameters(self.model), sum(p.numel() for p in self.model.parameters() if p.requires_grad))
+        """The whole model's parameters, and those trained."""
         self.base = build.base_model(cfg)
         """A LoRA run's base model (path, identity): recorded in its checkpoints, checked on resume."""
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.steps)
-        self.runner = StepRunner(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
-                                 documents=self.pipeline.documents, counts_data=place.counts_data,
-                                 vocab_parallel=self.mesh.tp is not None)
+        tp = self.mesh.tp is not None
+        self.runner = PipelineStepRunner(self.stages, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
+                                         documents=self.pipeline.documents, counts_data=place.counts_data,
+                                         vocab_parallel=tp) \
+            if self.stages else StepRunner(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
+                                           documents=self.pipeline.documents, counts_data=place.counts_data,
+                                           vocab_parallel=tp)
         self.sampler = self.pipeline.sampler
         # The pipeline is the data position, registered as a user's loop registers its own.
         self.session = Session(cfg, run_dir, comm, stop, events,
@@ -102,7 +112,7 @@ class Trainer:
         self.faults.attach(self.model)
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.evaluator = Evaluator(cfg, self.model, comm, self.pipeline.data, self.sampler.micro_batch_size,
-                                   documents=self.pipeline.documents, place=place)
+                                   documents=self.pipeline.documents, place=place, stages=self.stages)
         self.benchmarks = SideEvaluations(cfg, run_dir, events, comm.rank)
         self.gave_up: str | None = None
 
@@ -139,9 +149,12 @@ class Trainer:
                  "per data-parallel rank per step", lay.world_size, lay.describe(), g, seq, g * seq, s.accumulation,
                  s.micro_batch_size)
         log.info("data: %s", self.pipeline.summary())
+        if self.stages:
+            log.info("pipeline: %s schedule, %d stage(s); this rank runs stage(s) %s", cfg.parallel.pp_schedule,
+                     self.stages.num_stages, ", ".join(map(str, self.stages.indices)))
         log.info("model %s: %.2fM parameters (%.3gM trained), %d rank(s), global batch %d x %d tokens, "
-                 "micro-batch %d%s", cfg.model.name, num_parameters(self.model) / 1e6,
-                 sum(p.numel() for p in self.model.parameters() if p.requires_grad) / 1e6, self.comm.world_size,
+                 "micro-batch %d%s", cfg.model.name, self.parameter_counts[0] / 1e6,
+                 self.parameter_counts[1] / 1e6, self.comm.world_size,
                  cfg.data.global_batch_size, cfg.data.seq_len, s.micro_batch_size,
                  "" if s.micro_batch_size == cfg.data.micro_batch_size else
                  f" (data.micro_batch_size={cfg.data.micro_batch_size} ran out of memory earlier in the run)")

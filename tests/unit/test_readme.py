@@ -48,6 +48,14 @@ RUN_BY: list[tuple[str, str]] = [
      "tests/integration/test_sft.py::test_a_pretrained_model_fine_tuned_on_two_ranks_exports_a_model_transformers_"
      "loads"),
     (r"python -m resilient_slurm\.launch \+experiment=llama8b_sft model\.pretrained=.* cluster=slurm", COMPOSED),
+    (r"python -m resilient_slurm\.launch \+experiment=tiny_sft cluster\.ranks=4 parallel\.pp=2 eval\.task_samples=0 "
+     r"data\.micro_batch_size=2 +#",
+     "tests/integration/test_pipeline_runs.py::test_pipelined_run_interrupted_three_ways_ends_bit_identical"),
+    (r"python -m resilient_slurm\.launch \+experiment=tiny_sft cluster\.ranks=4 parallel\.pp=2 .*interleaved_1f1b",
+     "tests/integration/test_pipeline_parity.py::test_pipelined_steps_match_one_process_and_running_out_of_memory_stops_"
+     "with_the_fix"),
+    (r"python -m resilient_slurm\.launch \+experiment=tiny_sft cluster\.ranks=4 parallel\.pp=2 .*parallel\.tp=2",
+     "tests/integration/test_pipeline_runs.py::test_resharding_into_and_out_of_tp2_pp2_keeps_the_global_batches"),
     (r"python -m resilient_slurm\.export ", "tests/unit/export/test_export_cli.py::test_on_a_terminal_the_export_draws_a_bar"),
     (r"python -m resilient_slurm\.launch \+experiment=sft model\.pretrained=/models/Qwen2\.5",
      "tests/integration/test_benchmarks.py::test_scores_land_at_the_checkpoints_steps_while_training_goes_on"),

@@ -84,6 +84,21 @@ MISTAKES = [
     ([T, "run.name=a/b"], CE + "run.name: 'a/b' is not a plain name; use letters, digits, '.', '_', '-'"),
     ([T, "optim.warmup_steps=400"], CE + "optim.warmup_steps: 400 must be below train.max_steps=300; lower it or "
                                          "raise train.max_steps"),
+    # pipeline parallelism
+    ([T, "cluster.ranks=2", "parallel.pp=2", "model.num_layers=1", "eval.task_samples=0"],
+     CE + "parallel.pp: 2 pipeline stage(s) for 1 layer(s); every stage needs a layer: lower parallel.pp"),
+    ([T, "cluster.ranks=4", "parallel.pp=2", "data.micro_batch_size=4", "eval.task_samples=0"],
+     CE + "parallel.pp: 2 stages need at least 2 micro-batches per step, and a step has 1 (global_batch_size / "
+          "(micro_batch_size * 2 data-parallel ranks)); raise data.global_batch_size or lower data.micro_batch_size"),
+    ([T, "cluster.ranks=2", "parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b", "data.global_batch_size=10",
+      "data.micro_batch_size=2", "eval.task_samples=0"],
+     CE + "parallel.pp_schedule: interleaved_1f1b runs the 5 micro-batches of a step in 2 rounds (micro-batches // "
+          "pp), which must divide them; make the micro-batches per step a multiple of 2 (data.global_batch_size / "
+          "(data.micro_batch_size * data-parallel ranks)), or use parallel.pp_schedule=1f1b"),
+    ([T, "cluster.ranks=2", "parallel.pp=2"],
+     CE + "eval.task_samples: 64 with parallel.pp=2; greedy decoding through a pipeline (each new token back from "
+          "the last stage to the first) is not built, only the validation loss is; set eval.task_samples=0, or "
+          "parallel.pp=1"),
     (["-m", T, "optim.lr=1e-4,abc"], CE + "optim.lr: Value 'abc' of type 'str' could not be converted to Float; fix "
                                           "the value or remove the key"),
     # the layout

@@ -27,6 +27,18 @@ def test_a_collective_that_failed_because_a_peer_died_is_told_from_the_ranks_own
     assert rejoin.peer_gone(error) is gone
 
 
+def test_a_peer_gone_under_a_pipeline_stage_is_found_in_the_error_it_was_raised_from():
+    """torch.distributed.pipelining wraps a failed stage forward in its own RuntimeError (`raise ... from e`)."""
+    try:
+        try:
+            raise RuntimeError("[pair.cc:553] Connection closed by peer [10.0.0.2]:1234")
+        except RuntimeError as e:
+            raise RuntimeError("[Stage 1] failed to run forward:\n args: ...") from e
+    except RuntimeError as wrapped:
+        assert rejoin.peer_gone(wrapped)
+    assert not rejoin.peer_gone(RuntimeError("[Stage 1] failed to run forward"))
+
+
 @pytest.mark.parametrize("hung, errors, survivors, same_size, refused", [
     (False, ["TaskLost: task 1 on n2 ended without a trace (Killed)"], 3, True, None),
     (False, ["RuntimeError: injected fault at step 60"], 1, True, None),
