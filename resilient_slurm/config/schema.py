@@ -217,9 +217,10 @@ def shrinkable(cfg: Config) -> list[str]:
     laid = {n: resolve(par, n * k.tasks_per_node) for n in sizes}
     unresolved = [n for n, lay in laid.items() if isinstance(lay, str)]
     if unresolved:
-        return [f"cluster.elastic.min_nodes: the run may shrink to {unresolved[0]} node(s), where {laid[unresolved[0]]}; "
-                f"raise min_nodes, or make parallel.dp_replicate*tp*pp divide the ranks of every size from "
-                f"{min_nodes(k)} to {k.nodes} nodes"]
+        n = unresolved[0]
+        return [f"cluster.elastic.min_nodes: at {n} node(s), which the run may shrink to, {laid[n]}; raise "
+                f"min_nodes to a node count whose ranks the fixed degrees divide, or set cluster.elastic.min_nodes="
+                f"{k.nodes} (no shrinking)"]
     dp = {n: lay.dp for n, lay in laid.items() if not isinstance(lay, str)}
     bad = [n for n in sizes if d.global_batch_size % max(d.micro_batch_size * dp[n], 1)]
     if bad:

@@ -251,7 +251,7 @@ def test_spare_nodes_and_elastic_shrinking():
     pp = ["+experiment=tiny_sft", "cluster=slurm", "cluster.nodes=3", "cluster.tasks_per_node=4", "parallel.pp=2",
           "parallel.tp=2", "eval.task_samples=0", "data.global_batch_size=12", "data.micro_batch_size=1"]
     assert to_config(composed(*pp, "cluster.elastic.min_nodes=1")).parallel.pp == 2
-    with pytest.raises(ConfigError, match=r"^cluster.elastic.min_nodes: the run may shrink to 2 node\(s\), where "
+    with pytest.raises(ConfigError, match=r"^cluster.elastic.min_nodes: at 2 node\(s\), which the run may shrink to, "
                                           r"parallel: dp_replicate\*tp\*pp = 1\*1\*3 = 3 does not divide the 8"):
         to_config(composed(*pp[:4], "parallel.pp=3", "eval.task_samples=0", "data.global_batch_size=12",
                            "data.micro_batch_size=1", "cluster.elastic.min_nodes=2"))
