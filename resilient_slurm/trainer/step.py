@@ -19,6 +19,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from resilient_slurm.session.distributed import Comm
+from resilient_slurm.session.sections import StepSections
 from resilient_slurm.trainer.oom import OomGuard, PeerOutOfMemory, describe, inside_fsdp
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
@@ -59,6 +60,8 @@ class StepRunner:
         self.documents = documents
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.guard = OomGuard(model, comm)
+        self.sections = StepSections()
+        """Where the step's forward, backward and optimizer are timed (the heartbeat's, in the trainer)."""
 
     def step(self, micro_batches: list[Batch], poison: bool = False,
              progress: Callable[[], None] | None = None) -> StepResult:
@@ -92,13 +95,14 @@ class StepRunner:
             raise self.guard.abandon("forward/backward", error, agreed=False)
         compute_s = time.perf_counter() - compute_start
         max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
-        grad_norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
-        lr = self.optimizer.param_groups[0]["lr"]
-        try:
-            self.optimizer.step()
-        except torch.OutOfMemoryError as e:
-            error = describe(e)
+        with self.sections.timed("optimizer"):
+            norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+            grad_norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+            lr = self.optimizer.param_groups[0]["lr"]
+            try:
+                self.optimizer.step()
+            except torch.OutOfMemoryError as e:
+                error = describe(e)
         # The loss's all-reduce also counts the ranks whose update ran out: no collective more.
         total_loss, ran_out = self.comm.sum_floats([float(loss_sum), 0.0 if error is None else 1.0])
         if ran_out:
@@ -117,11 +121,13 @@ class StepRunner:
         loss_sum = torch.zeros((), dtype=torch.float64)
         for batch in micro_batches:
             b = batch.to(self.comm.device)
-            micro_loss = token_loss_sum(
-                self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None), b.labels)
+            with self.sections.timed("forward"):
+                micro_loss = token_loss_sum(
+                    self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None), b.labels)
             if poison:
                 micro_loss = micro_loss * float("nan")
-            (micro_loss / global_tokens).backward()
+            with self.sections.timed("backward"):
+                (micro_loss / global_tokens).backward()
             loss_sum += micro_loss.detach().double().cpu()
             if progress is not None:
                 progress()
