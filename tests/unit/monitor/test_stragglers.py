@@ -51,3 +51,22 @@ def test_what_is_no_straggler_and_what_is_one_again(rows, found):
     for step, row in enumerate(rows, 1):
         got += [(s.rank, s.step) for s in d.observe(step, {r: sections(c) for r, c in row.items()})]
     assert got == found
+
+
+@pytest.mark.parametrize("override, line", [
+    ("monitor.straggler.factor=1", "monitor.straggler.factor: 1 is not above 1 (a rank slower than the others by this "
+                                   "factor is a straggler); set it above 1, e.g. 1.5"),
+    ("monitor.straggler.factor=0.5", "monitor.straggler.factor: 0.5 is not above 1"),
+    ("monitor.straggler.steps=1", "monitor.straggler.steps: 1 is not above 1 (one slow step is noise, not a "
+                                  "straggler); set it to 2 or more, e.g. 20"),
+    ("health.node_record_policy.window_h=0", "health.node_record_policy: window_h must be > 0"),
+])
+def test_bad_straggler_thresholds_are_one_line_and_exit_status_2(override, line, tmp_path, capsys):
+    from resilient_slurm.exit_codes import ExitCode
+    from resilient_slurm.launch.__main__ import main
+
+    code = main(["+experiment=tiny_sft", override, f"run.root={tmp_path / 'root'}"])
+    err = capsys.readouterr().err
+    assert code == ExitCode.CONFIG and len(err.splitlines()) == 1, err
+    assert err.startswith("resilient_slurm: config error: " + line), err
+    assert not (tmp_path / "root").exists()
