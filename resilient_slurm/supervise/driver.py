@@ -210,7 +210,8 @@ class Driver:
                 continue
             world = range(len(alloc.in_use) * self.cfg.cluster.tasks_per_node)
             if self.monitor is not None:
-                self._stragglers(gen, alloc)
+                if self._stragglers(gen, alloc):
+                    ledger_at = _size(paths.events)  # the swap waits for the next checkpoint, not an earlier one
                 if silent := self.monitor.silent(world):
                     self._record_hang(gen, alloc, silent, world)
                     killed = self._kill(gen)
@@ -248,9 +249,11 @@ class Driver:
         if self.job.launch.rejoin:
             self.refused = recovery.inprocess_refusal(True, (), 0, True) or ""
 
-    def _stragglers(self, gen: Generation, alloc: Allocation) -> None:
-        """Record each straggler found; plan its node's swap for a spare at the next checkpoint."""
+    def _stragglers(self, gen: Generation, alloc: Allocation) -> bool:
+        """Record each straggler found; plan its node's swap for a spare at the next checkpoint
+        (True: a swap was planned now)."""
         assert self.monitor is not None
+        planned = False
         for s in self.monitor.stragglers():
             node = alloc.in_use[s.rank // self.cfg.cluster.tasks_per_node]
             swap = placement.swap_out(alloc, node, f"straggler: {s.describe()}") \
@@ -261,6 +264,8 @@ class Driver:
                                                           if swap else ""))
             if swap is not None:
                 self.swap = (swap, f"straggler on {node}: {s.describe()}", time.time())
+                planned = True
+        return planned
 
     def _kill(self, gen: Generation) -> bool:
         """Every task of the start, at once: no rank stays behind in a collective or holding a GPU."""
