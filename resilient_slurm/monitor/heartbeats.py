@@ -102,8 +102,7 @@ class RankState:
 
     def receive(self, beat: Beat, now: float) -> None:
         self.newest = beat
-        if beat.phase == EXIT:
-            self.exited = True
+        self.exited = beat.phase == EXIT  # a rank that closed one heartbeat may open another (a rejoin)
         if beat.phase in (ALIVE, EXIT):
             self.alive_at = now
             return

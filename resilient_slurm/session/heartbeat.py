@@ -36,11 +36,13 @@ class Heartbeat:
         self.sections = StepSections()
         """The loop marks its step's sections here; the step's beat sends them."""
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         collectives.install()  # the training thread's waits: it is the one that makes the heartbeat
         if self.sock is not None:
             self.sock.setblocking(False)
             # Liveness only (monitor.heartbeats.ALIVE): it tells a waiting rank from a stopped one.
-            threading.Thread(target=self._alive, name="heartbeat-alive", daemon=True).start()
+            self._thread = threading.Thread(target=self._alive, name="heartbeat-alive", daemon=True)
+            self._thread.start()
 
     @classmethod
     def from_env(cls, rank: int, generation: int | None = None) -> Heartbeat:
@@ -63,8 +65,10 @@ class Heartbeat:
         self._send(step, phase, allow_s)
 
     def close(self) -> None:
-        self._send(-1, EXIT, EXIT_ALLOW_S)
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join()  # its last liveness beat before the exit beat, never after it
+        self._send(-1, EXIT, EXIT_ALLOW_S)
         if self.sock is not None:
             self.sock.close()
             self.sock = None

@@ -120,3 +120,13 @@ def test_the_culprits_are_the_ones_behind_else_the_ones_not_alive_else_everyone(
     states[2].alive_at = 100.0
     silent = silent_ranks(states, [0, 1, 2], 107.5, 0.0, LIMITS)
     assert [s.rank for s in culprits(silent)] == [2]  # no wavefront: the one no longer alive
+
+
+def test_a_rank_that_exits_one_heartbeat_and_opens_another_is_watched_again():
+    """A survivor of a peer's death closes its session's heartbeat, waits for the driver's word with
+    another, and trains on with a third: after its exit beat it is watched again once it beats."""
+    s = steady(0, 100.0, alive_at=100.0)
+    s.receive(Beat(0, -1, EXIT, 600.0), 101.0)
+    assert silent_ranks({0: s}, [0], 200.0, 0.0, LIMITS) == []
+    s.receive(Beat(0, 5, "await_restart", 60.0), 102.0)
+    assert [x.rank for x in silent_ranks({0: s}, [0], 200.0, 0.0, LIMITS)] == [0]
