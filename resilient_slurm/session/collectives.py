@@ -20,7 +20,8 @@ synchronisations instead; a GPU's compute is measured with CUDA events or CUPTI 
 detection), which this CPU-side clock does not do.
 
 **Flight recorder.** PyTorch records the newest collectives of each group in a ring buffer (for
-gloo and NCCL) when `TORCH_FR_BUFFER_SIZE` is set; NCCL dumps it by itself when its watchdog times a
+gloo and NCCL) when `TORCH_FR_BUFFER_SIZE` is set (it replaces `TORCH_NCCL_TRACE_BUFFER_SIZE`, which
+torch 2.13 calls deprecated); NCCL dumps it by itself when its watchdog times a
 collective out (`TORCH_NCCL_DUMP_ON_TIMEOUT`), to `TORCH_FR_DUMP_TEMP_FILE` + the rank. The ranks'
 watchdogs dump it beside their stacks when the monitor finds a hang (`dump_flight_recorder`).
 """
@@ -107,8 +108,8 @@ def flight_recorder_env(entries: int, logs: Path) -> dict[str, str]:
     `entries` collectives kept per rank, NCCL's own dump on a collective timeout into `logs`. Pure."""
     if entries <= 0:
         return {}
-    return {"TORCH_FR_BUFFER_SIZE": str(entries), "TORCH_NCCL_TRACE_BUFFER_SIZE": str(entries),
-            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": str(logs / "flight-recorder-rank")}
+    return {"TORCH_FR_BUFFER_SIZE": str(entries), "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+            "TORCH_FR_DUMP_TEMP_FILE": str(logs / "flight-recorder-rank")}
 
 
 def dump_flight_recorder(path: Path) -> bool:

@@ -60,6 +60,6 @@ def test_every_process_group_reports_its_sequence_number():
 
 def test_the_flight_recorder_is_set_before_the_process_groups_and_dumps_into_the_logs():
     env = collectives.flight_recorder_env(2000, Path("/runs/r/logs"))
-    assert env == {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-                   "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": "/runs/r/logs/flight-recorder-rank"}
+    assert env == {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                   "TORCH_FR_DUMP_TEMP_FILE": "/runs/r/logs/flight-recorder-rank"}
     assert collectives.flight_recorder_env(0, Path("/x")) == {}
