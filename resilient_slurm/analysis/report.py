@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.analysis import faults
 from resilient_slurm.analysis.goodput import BREAKDOWN_PARTS, Restart
 from resilient_slurm.analysis.summary import ReportError, Summary, load, summarize
 from resilient_slurm.config import ConfigError
@@ -51,6 +52,7 @@ def render(s: Summary) -> str:
     add("attempts", f"{len(a.attempts)} ({a.restarts} restart{'s' if a.restarts != 1 else ''}"
                     f"{': ' + causes if causes else ''})")
     lines.extend(_restart_lines(a.restart_list))
+    lines.extend(_fault_lines(f.events, f.kept))
     add("steps lost", f"{a.steps_lost} (computed again after faults, {_duration(t.redone_s)})")
     add("time", f"allocated {_duration(t.allocated_s)} = productive {_duration(t.productive_s)}"
                 f" + redone {_duration(t.redone_s)} + saves {_duration(t.save_s)} + evaluation "
@@ -125,6 +127,28 @@ def _benchmark_lines(s: Summary) -> list[str]:
     for e in select(s.files.events, EvalFailed):
         if e.details.final and e.step not in scored:
             out.append(f"  {'benchmarks' if not out else '':<12}step {e.step}: failed ({e.details.error})")
+    return out
+
+
+def _fault_lines(events: list[Any], rows: list[dict[str, Any]]) -> list[str]:
+    """Each hang with the ranks the others waited for; each straggler, and its swap's effect."""
+    out = []
+    for i, h in enumerate(faults.hangs(events)):
+        who = ", ".join(f"rank {r}" + (f" ({h.nodes[0]})" if len(h.nodes) == 1 else "") for r in h.culprits)
+        if len(h.nodes) > 1:
+            who += f" on {', '.join(h.nodes)}"
+        waited = f"; the others waited in collective {h.collective}" if h.collective else ""
+        out.append(f"  {'hangs' if i == 0 else '':<12}step {h.step}: {who}{waited} (silent {_duration(h.waited_s)})")
+    for i, s in enumerate(faults.stragglers(events, rows)):
+        line = f"step {s.step}: rank {s.rank} on {s.node}, {s.ratio:.1f}x the others' compute"
+        if s.swapped_for:
+            line += f"; swapped for {', '.join(s.swapped_for)}, first step without it {_maybe(s.found_to_first_step_s)}" \
+                    f" after it was found"
+            if s.before is not None and s.after is not None:
+                line += f"; tokens/s {s.before:.0f} -> {s.after:.0f}"
+        else:
+            line += f" ({s.action})"
+        out.append(f"  {'stragglers' if i == 0 else '':<12}{line}")
     return out
 
 

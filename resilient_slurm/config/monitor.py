@@ -34,6 +34,33 @@ FINDINGS = tuple(k.value for k in FindingKind)
 
 
 @dataclass
+class StragglerConfig:
+    """Stragglers, found by the monitor outside the training processes from every rank's step
+    sections (resilient_slurm/monitor/stragglers.py): slow but alive."""
+
+    factor: float = 1.5
+    """A rank whose compute (forward, backward, optimizer; not the time it waits for its peers) is
+    above this multiple of the other ranks' median ..."""
+    steps: int = 20
+    """... on this many consecutive steps is a straggler: a `straggler` event, its node in the node
+    record (health.node_record) ..."""
+    min_s: float = 0.05
+    """... when it is also at least this many seconds slower, so jitter on tiny steps is no finding."""
+    swap: bool = True
+    """With the job's driver and a spare node: at the next checkpoint the step stops, and the next
+    one runs with the spare in the straggler's place (its node is not used again in the allocation)."""
+
+    def problems(self) -> list[str]:
+        p = Problems()
+        p.need(self.factor > 1, f"monitor.straggler.factor: {self.factor:g} is not above 1 (a rank slower than "
+                                f"the others by this factor is a straggler); set it above 1, e.g. 1.5")
+        p.need(self.steps > 1, f"monitor.straggler.steps: {self.steps} is not above 1 (one slow step is noise, "
+                               f"not a straggler); set it to 2 or more, e.g. 20")
+        p.need(self.min_s >= 0, f"monitor.straggler.min_s: {self.min_s:g} is negative; set it >= 0")
+        return p
+
+
+@dataclass
 class MonitorConfig:
     """In-training fault detection (resilient_slurm/monitor/detectors.py) and what to do about findings."""
 
@@ -73,12 +100,27 @@ class MonitorConfig:
     """... and never less than this."""
     hang_first_step_s: float = 900.0
     """Before any step has completed (start-up, first compile): the limit for the first step."""
-    heartbeat_timeout_s: float = 30.0
+    heartbeat_timeout_s: float = 6.0
     """A rank that reports no progress (a step, a micro-batch, a save phase) to the monitor outside
     the training processes (the local launcher of several ranks, or a Slurm job's driver) for this
-    long is hung, whatever the cause: stopped, deadlocked in a collective, or on a node that is gone.
-    The monitor dumps the stacks, ends the step, and the run restarts. 0 turns heartbeats off.
-    Must be below cluster.collective_timeout_s, so a hang is found before the collectives time out."""
+    long, or for heartbeat_factor times its typical gap between beats when that is longer, is hung,
+    whatever the cause: deadlocked, stuck in a collective, stopped, or on a node that is gone. The
+    monitor names the rank the others wait for, dumps the stacks, ends the step, and the run
+    restarts. 0 turns heartbeats off. Must be below cluster.collective_timeout_s, so a hang is found
+    before the collectives time out. 6 s: a rank beats after every micro-batch, so a step of
+    seconds is silent for well under it, and a found hang is on record (stacks included) within
+    10 s; a loop with longer gaps gets its own limit from heartbeat_factor."""
+    heartbeat_factor: float = 10.0
+    """How many of a rank's typical gaps between progress beats (the median of its last 20) it may
+    stay silent, when that is longer than heartbeat_timeout_s (0: the timeout alone)."""
+    heartbeat_alive_s: float = 3.0
+    """A training rank that sends neither progress nor liveness beats (twice a second, from a
+    thread of its own) for this long is hung at once: its process is stopped, or gone with its node."""
+    flight_recorder: int = 2000
+    """Collectives PyTorch's flight recorder keeps per rank (TORCH_FR_BUFFER_SIZE; 0: off). Its
+    entries are dumped beside the stacks when a hang is found, and by NCCL itself on a collective
+    timeout (TORCH_NCCL_DUMP_ON_TIMEOUT), into the run's logs/."""
+    straggler: StragglerConfig = field(default_factory=StragglerConfig)
     heartbeat_phase_s: float = 600.0
     """How long a phase that announces itself may stay silent: the start and the first step, a
     resume's load, a save, an evaluation, the export."""
@@ -115,12 +157,42 @@ class MonitorConfig:
                "monitor.hang_floor_s: must be > 0 and monitor.hang_factor > 1; raise them")
         p.need(mon.heartbeat_timeout_s >= 0 and mon.heartbeat_phase_s > 0,
                "monitor.heartbeat_timeout_s: must be >= 0 (0 = off) and monitor.heartbeat_phase_s > 0; fix the value")
+        p.need(mon.heartbeat_factor >= 0 and mon.heartbeat_alive_s > 0 and mon.flight_recorder >= 0,
+               "monitor.heartbeat_factor: must be >= 0, monitor.heartbeat_alive_s > 0 and monitor.flight_recorder "
+               ">= 0; fix the value")
+        p.extend_new(mon.straggler.problems())
         p.need(mon.rss_every_steps >= 0 and mon.leak_window >= 3 and mon.leak_mb_per_step >= 0,
                "monitor.rss_every_steps: must be >= 0, monitor.leak_window >= 3 and monitor.leak_mb_per_step >= 0 "
                "(0 disables); fix the value")
         p.need(mon.max_rollbacks >= 0 and mon.rollback_skip_batches >= 0 and 0 < mon.rollback_lr_factor <= 1,
                "monitor.max_rollbacks: it and monitor.rollback_skip_batches must be >= 0, "
                "monitor.rollback_lr_factor in (0, 1]; fix the value")
+        return p
+
+
+@dataclass
+class NodeRecordPolicy:
+    """How many marks of a kind within `window_h` keep a node out of new jobs (0: that kind never
+    does). Read by resilient_slurm/health/node_policy.py."""
+
+    window_h: float = 168.0
+    xid: int = 2
+    """Xid verdicts that took the node out (the exclude list already keeps it out `exclude_ttl_h`)."""
+    sdc: int = 2
+    """Silent data corruptions pinned on the node."""
+    straggler: int = 3
+    """Straggler verdicts (monitor.straggler)."""
+    hang: int = 3
+    """Hangs the node's ranks caused (the heartbeat monitor's culprits)."""
+
+    def limits(self) -> dict[str, int]:
+        return {"xid": self.xid, "sdc": self.sdc, "straggler": self.straggler, "hang": self.hang}
+
+    def problems(self) -> list[str]:
+        p = Problems()
+        p.need(self.window_h > 0 and min(self.limits().values()) >= 0,
+               "health.node_record_policy: window_h must be > 0 and every count >= 0 (0: that kind never "
+               "excludes); fix the value")
         return p
 
 
@@ -143,9 +215,15 @@ class HealthConfig:
     """How long a failing node stays on the exclude list (cluster.exclude_file)."""
     timeout_s: float = 30.0
     """A check that has not finished by then counts as a failed node, never a pass."""
+    node_record: str | None = None
+    """The cluster's node record (JSON lines on shared storage, one per cluster): Xid verdicts,
+    stragglers, hang culprits and silent data corruptions are appended to it by every job, and a new
+    job's exclude list starts from the nodes whose marks pass node_record_policy. null: none."""
+    node_record_policy: NodeRecordPolicy = field(default_factory=NodeRecordPolicy)
 
     def problems(self) -> list[str]:
         p = Problems()
+        p.extend_new(self.node_record_policy.problems())
         p.need(self.check_every_s >= 0 and self.timeout_s > 0 and self.exclude_ttl_h > 0,
                "health.check_every_s: must be >= 0, health.timeout_s and health.exclude_ttl_h > 0; fix the value")
         return p

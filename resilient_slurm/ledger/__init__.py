@@ -10,7 +10,8 @@ Modules:
     kinds           every kind of event (Kind), and the base of their fields (Details)     [pure]
     launch_events   submitted, attempt, start, data ready and phases, resume, config adjusted [pure]
     save_events     saves, their failures, emergency plans, retention, copies, the interval   [pure]
-    fault_events    anomalies, rollbacks, signals, forced exits, crashes, OOM, hangs, restarts [pure]
+    fault_events    anomalies, rollbacks, signals, forced exits, crashes, OOM, hangs, stragglers,
+                    restarts                                                                 [pure]
     sweep_events    a search's study ledger and a trial's own                                 [pure]
     eval_events     benchmark evaluations beside training: launched, done, failed             [pure]
     log             the writer (EventLog) and the readers (read_events, read_new_events, select)
@@ -61,6 +62,7 @@ from resilient_slurm.ledger.fault_events import (
     OutOfMemory,
     HostOom,
     Hang,
+    Straggler,
     PeerLost,
     StacksDumped,
     Finish,
@@ -107,7 +109,7 @@ __all__ = [
     "Exploit", "Explore", "Exported", "FAILURES", "Finish", "ForcedExit", "GaveUp", "Hang", "HostOom", "PeerLost", "Kind", "MemorySave", "LEDGER_FILE",
     "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "Requeue",
     "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",
-    "SaveSkipped", "Signal", "StacksDumped", "Start", "Stop", "Submitted", "SweepStarted", "TrialFailed",
+    "SaveSkipped", "Signal", "StacksDumped", "Start", "Stop", "Straggler", "Submitted", "SweepStarted", "TrialFailed",
     "TrialFinished", "TrialLaunched", "TrialPaused", "TrialPromoted", "TrialPruned", "Unknown", "parse",
     "read_events", "read_jsonl", "read_new_events", "select",
 ]

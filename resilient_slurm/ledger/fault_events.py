@@ -159,6 +159,32 @@ class Hang(Details):
     waited_s: float
     limit_s: float
     stacks: str
+    culprits: list[int] | None = None
+    """The heartbeat monitor's: every rank the others wait for (this event's rank is one of them)."""
+    nodes: list[str] | None = None
+    """Their nodes."""
+    collective: dict[str, Any] | None = None
+    """The collective the others wait in: its group (name, desc), sequence number, the ranks waiting
+    in it and the sequence number each culprit had reached (`monitor.heartbeats.Wavefront`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Straggler(Details):
+    """A rank slow but alive: its compute above monitor.straggler.factor times the others' median on
+    monitor.straggler.steps steps running (`monitor.stragglers`). Written as that rank, on its node."""
+
+    KIND = Kind.STRAGGLER
+    ratio: float
+    compute_s: float
+    others_s: float
+    """The other ranks' median compute at the step it was found."""
+    steps: int
+    sections: dict[str, float]
+    """Its step sections (s), averaged over its slow steps."""
+    scores: dict[str, float]
+    """Every rank's relative score (the others' median over its compute; below 1: slower)."""
+    action: str
+    """What follows: `swap` (its node swapped for a spare at the next checkpoint) or `report`."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,6 +46,7 @@ class Kind(str, Enum):
     OUT_OF_MEMORY = "out_of_memory"
     HOST_OOM = "host_oom"
     HANG = "hang"
+    STRAGGLER = "straggler"
     PEER_LOST = "peer_lost"
     STACKS_DUMPED = "stacks_dumped"
     FINISH = "finish"

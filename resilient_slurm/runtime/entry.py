@@ -16,6 +16,7 @@ generators are left alone (torch starts from a fixed seed; a loop's `torch.manua
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 import os
 import random
 import socket
@@ -31,7 +32,8 @@ from resilient_slurm.config import Config, to_dict
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.session.distributed import RankInfo
 from resilient_slurm.errors import InputError
-from resilient_slurm.session.context import RUN_DIR_ENV, RankContext, RunOutcome, launched
+from resilient_slurm.process.launch import RankLaunch
+from resilient_slurm.session.context import RankContext, RunOutcome, launched
 from resilient_slurm.process.signals import StopRequest
 
 
@@ -66,11 +68,12 @@ def run_entry(cfg: Config, run_dir: Path, info: RankInfo, context: dict[str, Any
     function did. Bad input (and an entry that cannot be imported) ends with exit status 2."""
     fn = resolve(cfg.entry)
     port = info.master_port or _free_port()
-    os.environ.update(RANK=str(info.rank), WORLD_SIZE=str(info.world_size), LOCAL_RANK=str(info.local_rank),
-                      MASTER_ADDR=info.master_addr, MASTER_PORT=str(port), **{RUN_DIR_ENV: str(run_dir)})
-    os.environ.setdefault("LOCAL_WORLD_SIZE", str(info.world_size))
-    ctx = RankContext(cfg, run_dir, RankInfo(info.rank, info.world_size, info.local_rank, info.master_addr, port,
-                                             info.node), stop, context, on_hang)
+    # For a loop that calls init_process_group() itself; what the supervisor said besides stays.
+    os.environ.update(replace(RankLaunch.from_env(os.environ), run_dir=str(run_dir), rank=info.rank,
+                              world_size=info.world_size, local_rank=info.local_rank,
+                              local_world_size=info.local_world_size, master_addr=info.master_addr,
+                              master_port=port).to_env())
+    ctx = RankContext(cfg, run_dir, replace(info, master_port=port), stop, context, on_hang)
     code: int = ExitCode.DONE
     seed_host_generators(cfg.train.seed, info.rank)
     with launched(ctx):

@@ -8,6 +8,9 @@ Modules, from the session outwards:
     context      what the launcher hands a user's function's Session, and how the rank ended
     distributed  process group, rank information and the few collectives the loop uses
     heartbeat    the rank's beats to the monitor outside the training processes (UDP)
+    collectives  each process group's sequence number and the training thread's collective waits;
+                 the flight recorder's environment and dump
+    sections     the step's sections (data, forward, backward, optimizer, collective wait)
     watchdog     a thread that catches a hung step and dumps every rank's stacks
     rejoin       a survivor of a peer's death waits for the driver's word and goes on in its process
     logs         each rank's log file, and rank 0's stdout

@@ -18,10 +18,6 @@ from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.process.signals import StopRequest
 from resilient_slurm.session.distributed import RankInfo
 
-RUN_DIR_ENV = "RESILIENT_SLURM_RUN_DIR"
-"""Where `Session.from_env` finds the run directory when the launcher did not hand it one."""
-
-
 @dataclass(frozen=True)
 class RunOutcome:
     code: ExitCode

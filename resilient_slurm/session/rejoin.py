@@ -24,16 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from resilient_slurm.files import atomic_write
+from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.rundir import RunDir
 
-REJOIN_ENV = "RESILIENT_SLURM_REJOIN"
-"""Set by the driver in a driven step whose survivors may restart in their processes."""
-JOIN_ENV = "RESILIENT_SLURM_JOIN"
-"""Set by the driver in a replacement step: the generation its tasks join."""
-STANDBY_ENV = "RESILIENT_SLURM_STANDBY"
-"""Set by the driver in a standby step on a spare node: its task makes itself ready (its imports),
-then waits to be woken into a generation (`wake_path`)."""
-GENERATION_ENV = "RESILIENT_SLURM_GENERATION"
 POLL_S = 0.05
 
 # What gloo (and NCCL, through torch) say when a peer of a collective is gone.
@@ -125,4 +118,6 @@ def await_instruction(path: Path, timeout_s: float, beat: Callable[[], None] | N
 
 
 def generation() -> int:
-    return int(os.environ.get(GENERATION_ENV, "0") or 0)
+    """The generation this rank belongs to (`RankLaunch.generation`; a rank that joined a later one
+    marked it in its environment)."""
+    return RankLaunch.from_env(os.environ).generation

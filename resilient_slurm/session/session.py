@@ -49,13 +49,14 @@ from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.rundir.meta import read_identity
 from resilient_slurm.rundir.metrics import MetricsFile
 from resilient_slurm.session import rejoin
-from resilient_slurm.session.context import RUN_DIR_ENV, RankContext, RunOutcome, current
+from resilient_slurm.session.context import RankContext, RunOutcome, current
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.session.heartbeat import Heartbeat
 from resilient_slurm.session.logs import setup_logging
 from resilient_slurm.session.resume import Registered, Stateful, load_newest
 from resilient_slurm.session.step_record import line_due, metric_row, missed_end_of_step, never_ended, step_line
 from resilient_slurm.session.step_sync import Progress, StepSync
+from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.session.watchdog import Watchdog
 from resilient_slurm.tracking import open_tracker
 
@@ -108,7 +109,7 @@ class Session:
                  data_state: Stateful | dict[str, Any] | None = None, *, run_dir: str | Path | None = None) -> Session:
         """A session for the rank this process is, in the run the launcher prepared: the launcher's
         own context when `python -m resilient_slurm.launch entry=...` started this function,
-        otherwise the run directory (`run_dir`, or $RESILIENT_SLURM_RUN_DIR) and torchrun-style
+        otherwise the run directory (`run_dir`, or the launcher's `RankLaunch.run_dir`) and torchrun-style
         variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). A process group the
         loop already made is adopted (and left open at the end); otherwise one is made.
 
@@ -119,10 +120,10 @@ class Session:
         if ctx is not None:
             cfg, path, info, stop, context, on_hang = ctx.cfg, ctx.run_dir, ctx.info, ctx.stop, ctx.context, ctx.on_hang
         else:
-            where = run_dir or os.environ.get(RUN_DIR_ENV)
+            where = run_dir or RankLaunch.from_env(os.environ).run_dir
             if not where:
                 raise InputError(f"no run directory: start the loop with python -m resilient_slurm.launch entry=MODULE:FN, "
-                                 f"or pass run_dir= (or set {RUN_DIR_ENV}) to one the launcher prepared")
+                                 f"or pass run_dir= (or set {RankLaunch.variable('run_dir')}) to one the launcher prepared")
             path, info, stop, context, on_hang = Path(where), RankInfo.from_env(), install_stop_handlers(), {}, None
             cfg = load_config(path)
             setup_logging(path, info.rank)

@@ -350,7 +350,7 @@ class Run:
             self.ledger.emit(detected, Requeue(reason=f"{decision.reason}; {placed.reason}", ok=True,
                                                       exclude=list(exclude)), step)
             return self._requeue(segments, exclude, failed | out, kind="requeue, out of spares")
-        kind = "shrink" if placed.move is Move.SHRINK else "spare" if placed.added else "in place"
+        kind = placed.move.value
         self.ledger.emit(detected, RestartInAllocation(cause=decision.reason, placement=placed.reason,
                                                               replaced=sorted(failed | out), added=list(placed.added)),
                          step)

@@ -22,6 +22,7 @@ from torch import nn
 from torch.distributed.tensor.parallel import loss_parallel
 
 from resilient_slurm.session.distributed import Comm
+from resilient_slurm.session.sections import StepSections
 from resilient_slurm.trainer.oom import OomGuard, PeerOutOfMemory, describe, inside_fsdp
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
@@ -74,6 +75,8 @@ class StepRunner:
         self.vocab_parallel = vocab_parallel
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.guard = OomGuard(model, comm, communicating(model) if vocab_parallel else ()) if guard else None
+        self.sections = StepSections()
+        """Where the step's forward, backward and optimizer are timed (the heartbeat's, in the trainer)."""
 
     def step(self, micro_batches: list[Batch], poison: bool = False,
              progress: Callable[[], None] | None = None) -> StepResult:
@@ -95,13 +98,14 @@ class StepRunner:
         self.model.train()
         loss_sum = self._compute(micro_batches, max(global_tokens, 1.0), poison, progress)
         compute_s = time.perf_counter() - compute_start
-        grad_norm = self._clip()
-        lr = self.optimizer.param_groups[0]["lr"]
         error: str | None = None
-        try:
-            self.optimizer.step()
-        except torch.OutOfMemoryError as e:
-            error = describe(e)
+        with self.sections.timed("optimizer"):
+            grad_norm = self._clip()
+            lr = self.optimizer.param_groups[0]["lr"]
+            try:
+                self.optimizer.step()
+            except torch.OutOfMemoryError as e:
+                error = describe(e)
         # The loss's all-reduce also counts the ranks whose update ran out: no collective more.
         total_loss, ran_out = self.comm.sum_floats([float(loss_sum) * self.counts_data, 0.0 if error is None else 1.0])
         if ran_out:
@@ -157,9 +161,11 @@ class StepRunner:
 
     def _micro_batch(self, batch: Batch, global_tokens: float, poison: bool) -> torch.Tensor:
         b = batch.to(self.comm.device)
-        micro_loss = token_loss_sum(
-            self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None), b.labels)
+        with self.sections.timed("forward"):
+            micro_loss = token_loss_sum(
+                self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None), b.labels)
         if poison:
             micro_loss = micro_loss * float("nan")
-        (micro_loss / global_tokens).backward()
+        with self.sections.timed("backward"):
+            (micro_loss / global_tokens).backward()
         return micro_loss.detach().double().cpu()

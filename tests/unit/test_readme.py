@@ -103,6 +103,8 @@ RUN_BY: list[tuple[str, str]] = [
      "study"),
     (r"tools/xid_scan --kernel-log ", "tests/unit/health/test_xid_scan_cli.py::test_by_hand_a_fatal_xid_fails_with_one_line"),
     (r"tools/xid_scan exclude (list|clear) ", "tests/unit/health/test_xid_scan_cli.py::test_exclude_subcommands"),
+    (r"tools/xid_scan --node-record ", "tests/unit/health/test_xid_scan_cli.py::"
+                                       "test_the_scan_marks_a_node_it_takes_out_and_the_node_record_prints_and_clears"),
     (r"python -m resilient_slurm\.checkpoint verify ", "tests/unit/checkpoint/test_verify.py::test_cli_exit_codes_and_one_line"),
     (r"python -m resilient_slurm\.simulate --gpus ", "tests/unit/simulate/test_cli.py::test_json_is_one_object_with_goodput_"
                                                      "and_the_breakdown"),
