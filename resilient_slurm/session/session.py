@@ -53,6 +53,7 @@ from resilient_slurm.session.context import RankContext, RunOutcome, current
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.session.heartbeat import Heartbeat
 from resilient_slurm.session.logs import setup_logging
+from resilient_slurm.session.sections import StepSections
 from resilient_slurm.session.resume import Registered, Stateful, load_newest
 from resilient_slurm.session.step_record import line_due, metric_row, missed_end_of_step, never_ended, step_line
 from resilient_slurm.session.step_sync import Progress, StepSync
@@ -395,6 +396,11 @@ class Session:
     def config_hash(self) -> str:
         """The run's config hash now (checkpoints record the one they were saved under)."""
         return str(self._identity["config_hash"])
+
+    @property
+    def sections(self) -> StepSections:
+        """Where a step's data, forward, backward and optimizer are timed: sent with its heartbeat."""
+        return self._heartbeat.sections
 
     @property
     def gpu(self) -> dict[str, float]:

@@ -100,7 +100,7 @@ class Trainer:
                                stamp=build.lora_stamp(cfg, self.base), total_steps=self.steps,
                                refusal=lambda ts: build.resume_refusal(ts, cfg, self.base),
                                reinitialise=self._reinitialise, on_hang=on_hang)
-        self.runner.sections = self.session.heartbeat.sections  # the step's sections go with its heartbeat
+        self.runner.sections = self.session.sections  # the step's sections go with its heartbeat
         history = read_events(self.session.paths.events)
         self.rollbacks = len(ledger.select(history, ledger.Rollback))
         # A micro-batch lowered after running out of memory holds for the rest of the run.
@@ -167,7 +167,7 @@ class Trainer:
         start = time.perf_counter()
         position = self.pipeline.position
         try:
-            with self.session.heartbeat.sections.timed("data"):
+            with self.session.sections.timed("data"):
                 batch = self.sampler.next_batch()
         except SourceExhausted as e:  # data.on_exhausted=stop: the run ends, finished, at the last full step
             if self.comm.rank == 0:
