@@ -5,6 +5,8 @@ Modules:
                  slow ranks, data stalls, GPU conditions (median/MAD statistics), host
                  memory leaks (Theil-Sen slope of resident memory)                       [pure]
     heartbeats   a rank's beat (step, phase, allowance) and when its silence is a hang           [pure]
+    replay       replay verification: a restart's recomputed steps against their values before
+                 the failure (bit for bit), and what a difference leads to                      [pure]
     gpu_sampler  an NVML sampler thread (utilization, memory, temperature, ECC); absent without NVML
 
 What a finding leads to (roll back, stop, report) is `recovery.on_findings`.

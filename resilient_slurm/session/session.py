@@ -50,6 +50,7 @@ from resilient_slurm.rundir.metrics import MetricsFile
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.session import rejoin
 from resilient_slurm.session.heartbeat import Heartbeat
+from resilient_slurm.session.replay import ReplayVerification
 from resilient_slurm.session.logs import setup_logging
 from resilient_slurm.process.signals import StopRequest, install_stop_handlers
 from resilient_slurm.session.watchdog import Watchdog
@@ -132,14 +133,19 @@ class StepSync:
     save_time_due: bool
     compute_s: tuple[float, ...]
     wait_s: tuple[float, ...]
+    replay_mismatch: bool = False
+    """Rank 0's replay found this step different from the value logged before the failure."""
 
     @staticmethod
-    def encode(stop: bool, save_time_due: bool, rank: int, world: int, compute_s: float, wait_s: float) -> list[float]:
-        return [float(stop), float(save_time_due)] + _one_hot(world, rank, compute_s) + _one_hot(world, rank, wait_s)
+    def encode(stop: bool, save_time_due: bool, rank: int, world: int, compute_s: float, wait_s: float,
+               replay_mismatch: bool = False) -> list[float]:
+        return [float(stop), float(save_time_due)] + _one_hot(world, rank, compute_s) + _one_hot(world, rank, wait_s) \
+            + [float(replay_mismatch)]
 
     @staticmethod
     def decode(values: list[float], world: int) -> StepSync:
-        return StepSync(values[0] > 0, values[1] > 0, tuple(values[2:2 + world]), tuple(values[2 + world:2 + 2 * world]))
+        return StepSync(values[0] > 0, values[1] > 0, tuple(values[2:2 + world]), tuple(values[2 + world:2 + 2 * world]),
+                        values[2 + 2 * world] > 0)
 
 
 class Session:
@@ -170,6 +176,7 @@ class Session:
                                  ExitCode.FAILED)
         self.gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
         self.heartbeat = Heartbeat.from_env(comm.rank, rejoin.generation())
+        self.replay = ReplayVerification(cfg, comm, events, self.checkpointer)
         self.progress = Progress()
         self.tracked_through = -1
         self.stopped = False
@@ -237,6 +244,7 @@ class Session:
                                           hosts=[r[1] for r in ranks], process_starts=[r[2] or "" for r in ranks],
                                           rendezvous_s=round(max(r[3] for r in ranks), 3)), 0)
             record.record_attempt(self.run_dir, comm.world_size, data=data)
+        self.replay.hosts = sorted({r[1] for r in ranks})
         self.announce("start")
         if self.cfg.monitor.enabled:
             self.watchdog.start()
@@ -282,13 +290,13 @@ class Session:
             self._restore(restored.train_state)
         self.checkpointer.restart_clock(step)
         self._last_end = time.perf_counter()
-        if self.metrics:
-            self.metrics.truncate_after(step)
+        moved = self.metrics.truncate_after(step) if self.metrics else []
         if restored is not None and self.comm.rank == 0:
             self.events.emit(ledger.Resume(checkpoint=str(restored.path), has_optimizer=restored.has_optimizer,
                                            source=restored.source, saved_world_size=restored.saved_world_size,
                                            seconds=round(load_s, 3)), step)
             log.info("resumed from %s (step %d)", restored.path, step)
+        self.replay.arm(restored, moved, self.checkpointer.ledger)
         return restored.train_state if restored else None
 
     def load_newest(self, before_step: int | None = None) -> Restored | None:
@@ -336,6 +344,8 @@ class Session:
         # time since the last step ended.
         row.setdefault("step_seconds", time.perf_counter() - self._last_end)
         self._pending_tokens = int(row.get("tokens", 0) or 0)
+        if self.metrics and not self.replay.check(step, row):
+            return  # a recomputed step that differs: in the replay_mismatch event, never in the metrics
         if self.metrics:
             self.metrics.append(row)
         self.tracker.log(step, row)
@@ -347,7 +357,10 @@ class Session:
         step_s, self._last_end = now - self._last_end, now
         self.advance(step, self._pending_tokens, step_s)
         self._pending_tokens = 0
-        return self.after_step(step, self.sync(step, step_s))
+        sync = self.sync(step, step_s)
+        if sync.replay_mismatch:
+            self.replay.decide(step, in_process=False)
+        return self.after_step(step, sync)
 
     def advance(self, step: int, tokens: int, step_s: float) -> None:
         p = self.progress
@@ -359,13 +372,14 @@ class Session:
         """The step's one all-reduce: every rank learns whether any rank must stop."""
         c = self.comm
         values = StepSync.encode(self.stop.requested, c.rank == 0 and self.checkpointer.time_due(), c.rank,
-                                 c.world_size, compute_s, wait_s)
+                                 c.world_size, compute_s, wait_s, self.replay.pending)
         return StepSync.decode(c.sum_floats(values), c.world_size)
 
     def after_step(self, step: int, sync: StepSync, last_step: int | None = None) -> bool:
         """Hand committed steps to the tracker; then a stop request (True: saved, stop now), or a
         save a policy asks for. Nothing is saved at `last_step`: the final save follows."""
         self.commit()  # a background save may have committed since the last step
+        self.replay.after(step)
         final = last_step is not None and step >= last_step
         if sync.stop and not final:
             self._stop_on_request(step)
@@ -402,14 +416,17 @@ class Session:
             self.events.emit(ledger.Finish(tokens_seen=self.progress.tokens_seen), step)
             log.info("finished at step %d; run directory: %s", step, self.run_dir)
 
-    def rewind(self, step: int) -> None:
-        """Back at `step` (a rollback): the clock, the watchdog, the metrics and the tracker with it."""
+    def rewind(self, step: int, replay: bool = False) -> list[dict[str, Any]]:
+        """Back at `step` (a rollback; `replay`: a replay's fallback): the clock, the watchdog, the
+        metrics and the tracker with it; the metrics rows moved aside. A rollback's redone steps see
+        other data: no replay compares them."""
         self.checkpointer.restart_clock(step)
         self.watchdog.beat(step, None)
         self.tracker.rewind(step)
         self.tracked_through = min(self.tracked_through, step)
-        if self.metrics:
-            self.metrics.truncate_after(step)
+        if not replay:
+            self.replay.state.clear()
+        return self.metrics.truncate_after(step) if self.metrics else []
 
     def commit(self) -> None:
         """Steps up to the newest committed checkpoint are final: hand them to the tracker."""

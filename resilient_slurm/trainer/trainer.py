@@ -20,6 +20,7 @@ import torch
 
 from resilient_slurm import ledger
 from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.load import Restored
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config, train_steps
 from resilient_slurm.data.batches import Batch
@@ -148,9 +149,11 @@ class Trainer:
         if result is None:
             return StepOutcome(ExitCode.GAVE_UP)
         step_s = time.perf_counter() - start
+        self._log(step, result, step_s, wait, position)  # before the sync: it carries the replay's verdict
         synced = s.sync(step, before_train - start + result.compute_s, wait)
         s.advance(step, result.tokens, step_s)
-        self._log(step, result, step_s, wait, position)
+        if synced.replay_mismatch:
+            return self._replay_fallback(step)
         s.commit()  # a background save may have committed since the last step
         if self.monitor:
             outcome = self._judge(self._observe(step, result, step_s, synced))
@@ -240,10 +243,21 @@ class Trainer:
             return StepOutcome(ExitCode.GAVE_UP)
         return StepOutcome()
 
-    def _rollback(self, anomaly_step: int, reason: str) -> None:
-        """Back to the newest checkpoint before the anomaly, past the data window that led to it."""
-        cfg, comm, s = self.cfg, self.comm, self.session
-        restored = s.load_newest(before_step=anomaly_step)
+    def _replay_fallback(self, step: int) -> StepOutcome:
+        """A step recomputed after the restart differs from its value before the failure: the copy
+        that served is set aside and the next one loaded, here in the process (session/replay.py);
+        the replay then goes on comparing from there."""
+        s = self.session
+        if not s.replay.decide(step, in_process=True):
+            return StepOutcome()
+        restored = s.load_newest(before_step=s.replay.before_step)
+        self._back_to(restored)
+        s.replay.fell_back(restored, s.rewind(self.step, replay=True))
+        return StepOutcome(rolled_back=True)
+
+    def _back_to(self, restored: Restored | None) -> None:
+        """The session's progress and the data position of a loaded checkpoint (None: a fresh start)."""
+        s = self.session
         if restored is None:
             s.progress.step = s.progress.tokens_seen = 0
             s.progress.train_seconds = 0.0
@@ -253,6 +267,12 @@ class Trainer:
             s.progress.tokens_seen, s.progress.train_seconds = restored.train_state.tokens_seen, \
                 restored.train_state.train_seconds
             self._restore(restored.train_state)
+
+    def _rollback(self, anomaly_step: int, reason: str) -> None:
+        """Back to the newest checkpoint before the anomaly, past the data window that led to it."""
+        cfg, comm, s = self.cfg, self.comm, self.session
+        restored = s.load_newest(before_step=anomaly_step)
+        self._back_to(restored)
         checkpoint = str(restored.path) if restored else None
         self.rollbacks += 1
         g = cfg.data.global_batch_size
