@@ -145,9 +145,10 @@ class Replay:
         return self.mismatch
 
     def fell_back(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Back at an older state: the rows moved aside now are expected too."""
+        """Back at an older state: the rows moved aside now are expected too, and the count of
+        matching steps starts again from it."""
         self.losses = admit(self.losses, rows, self.floor)
-        self.mismatch = None
+        self.mismatch, self.compared, self.first = None, 0, None
         self.tries += 1
 
     def done(self, step: int) -> bool:

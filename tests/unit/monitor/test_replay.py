@@ -70,6 +70,7 @@ def test_a_replay_compares_the_expected_steps_and_keeps_the_difference_until_act
     # fallen back to step 25: the rows moved aside then are expected too; known steps keep their value
     r.fell_back([{"step": 26, "loss": 2.0}, {"step": 31, "loss": 7.0}, {"step": 20, "loss": 3.0}])
     assert r.losses == {26: 2.0, 31: 1.5, 32: 1.25, 33: 1.0} and r.tries == 1 and r.mismatch is None
+    assert (r.compared, r.first) == (0, None)
     assert not r.done(32) and r.done(33)
     r.clear()
     assert not r.armed and not r.done(40)
