@@ -10,6 +10,7 @@ Modules, from inputs to the report:
     history    the ledger the decisions read, kept to the window that decides            [pure]
     tiers      which checkpoints a restart can read: hot tier, or cold copies finished    [pure]
     memory     the memory tier: saves to host memory with a buddy copy, what survives    [pure]
+    saving     the run's saves: disk (sync, async) and memory tier, when due, what they block [pure]
     engine     the event loop: failures, saves, restarts, each decided by the project    [pure]
     results    one seed in GPU-hours and dollars; mean and percentiles over seeds         [pure]
     report     the tables (one strategy, the strategies, the losses step by step)         [pure]
