@@ -20,7 +20,7 @@ PURE = ["monitor/detectors.py", "monitor/replay.py", "recovery.py", "launch/nami
         "health/xid_catalog.py",
         "health/kernel_log.py", "health/verdict.py", "slurm/placement.py", "slurm/srun.py", "slurm/step_end.py",
         "simulate/failures.py",
-        "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py", "simulate/saving.py",
+        "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py", "simulate/saving.py", "simulate/partial.py", "simulate/published.py",
         "simulate/results.py", "simulate/report.py", "simulate/bench.py", "simulate/scaling.py",
         "simulate/memory.py", "data/chat/format.py", "data/packing.py",
         "data/chat/tiny.py", "export/hf_layout.py", "model/families.py", "data/chat/split.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",

@@ -45,7 +45,8 @@ from resilient_slurm.simulate import costs
 from resilient_slurm.simulate.failures import FailureProcess, Fault
 from resilient_slurm.simulate.history import JOB_ID, Ledger
 from resilient_slurm.simulate.memory import MemoryTier
-from resilient_slurm.simulate.saving import INF, Saving
+from resilient_slurm.simulate.partial import Partial
+from resilient_slurm.simulate.saving import INF
 from resilient_slurm.simulate.scenario import Scenario, Strategy
 from resilient_slurm.simulate.tiers import Tiers
 from resilient_slurm.slurm import placement
@@ -65,7 +66,7 @@ class Trace:
     downs: list[tuple[float, float, str]]
 
 
-class Run(Saving):
+class Run(Partial):
     def __init__(self, s: Scenario, strategy: Strategy, seed: int, ledger: Ledger | None = None,
                  trace: bool = False) -> None:
         self.s, self.st = s, strategy
@@ -120,6 +121,7 @@ class Run(Saving):
         self.alloc = Allocation(nodes[:self.target], nodes[self.target:], self.target,
                                 s.floor_nodes if strategy.elastic else self.target)
         self.in_use = set(self.alloc.in_use)
+        self._init_partial(seed)
         self._start(self.t)
 
     # --- the loop
@@ -147,7 +149,7 @@ class Run(Saving):
             best, handler = self.save_at, self._on_save_due
         if self.bug is not None:
             start = max(self.t, self.blocked_until)
-            at = start + max(self.bug[0] - self.work, 0.0) * self.target / len(self.alloc.in_use)
+            at = start + max(self.bug[0] - self.work, 0.0) * self.target / len(self.alloc.in_use) / self._speed()
             if at < best:
                 best, handler = at, self._on_bug
         if self.memory is not None:
@@ -157,6 +159,9 @@ class Run(Saving):
                 best, handler = self.memory.due_at, self._on_memory_due
         if self.planned_at < best:
             best, handler = self.planned_at, self._on_planned
+        for at, on in self._partial_events():
+            if at < best:
+                best, handler = at, on
         if self.out_until:
             at = min(self.out_until.values())
             if at < best:
@@ -171,9 +176,19 @@ class Run(Saving):
         if self.t < self.blocked_until:
             self.lost[self.blocked_by] += share * dt
         else:
-            self.work += share * dt
+            rate = share
+            for cause, speed in self._speeds():  # each slowdown's loss, in turn, of what is left
+                self.lost[cause] += rate * (1.0 - speed) * dt
+                rate *= speed
+            self.work += rate * dt
         self.lost["shrink"] += (1.0 - share) * dt
         self.t = t
+
+    def _speed(self) -> float:
+        out = 1.0
+        for _, speed in self._speeds():
+            out *= speed
+        return out
 
     def _down(self, segments: costs.Segments, kind: str) -> None:
         """Time passes without training; each segment is lost to its cause."""
@@ -227,6 +242,8 @@ class Run(Saving):
         self.interruptions[f"{strike.fault.name} again" if strike.recurrence else strike.fault.name] += 1
         if strike.fault.code_bug and self.bug is None:
             self.bug = (self.work, strike.fault)
+        if self.st.replica_ft and self._group_fails(strike):
+            return
         self._fail(strike.fault, strike.node, strike.at_start)
 
     def _on_bug(self) -> None:
@@ -348,13 +365,15 @@ class Run(Saving):
                 self.disk_restarts += 1
         self.lost["redone"] += self.work - resumed
         self.work = resumed
+        self._after_restart(resumed)
         if self.trace is not None:
             self.trace.samples.append((self.t, self.work, len(self.alloc.in_use)))
         self.pending, self.sync_save, self.after_save, self.grow = None, None, None, None
         self.blocked_until = self.t
         self._down(segments, kind)
         start = self.t
-        self._down(load + (after or []), "load")
+        # Every restart of the whole run creates the world's communicators anew.
+        self._down(load + (after or []) + [("comm_init", self.s.comm_init())], "load")
         if self.t < self.horizon:
             self._start(start)
 
