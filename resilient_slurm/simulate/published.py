@@ -20,8 +20,18 @@ def comm_init_s(ranks: int) -> float:
     return RING_S * ranks / RING_RANKS + TRANSPORTS_S * ranks / TRANSPORTS_RANKS
 
 
+NCCL_STOCK_INIT_S, NCCL_STOCK_RANKS = 265.0, 96_000
+"""Meta's NCCLX paper (arXiv 2510.20171): stock NCCL's whole initialisation took ~265 s at 96k GPUs
+and grows super-linearly, so linear scaling is an upper bound at smaller scale (27.6 s at 10,000)."""
+
+
+def comm_init_upper_s(ranks: int) -> float:
+    return NCCL_STOCK_INIT_S * ranks / NCCL_STOCK_RANKS
+
+
 COMM_INIT_SOURCE = ("published: Meta, NVIDIA/nccl PR #1789 (ncclBuildRing ~26 s at 96K ranks, initTransportsRank "
-                    "11 s at 48K, before the fix), each scaled linearly to the ranks that create it")
+                    "11 s at 48K, before the fix), each scaled linearly to the ranks that create it; stock NCCL's whole "
+                    "init, 265 s at 96k (NCCLX paper), bounds it from above at 27.6 s for 10,000")
 
 # --- silent data corruption
 LLAMA3_SDC, LLAMA3_GPUS, LLAMA3_HOURS = 6, 16_384, 54 * 24
