@@ -97,7 +97,7 @@ from resilient_slurm.checkpoint.state import Snapshot, capture_snapshot  # noqa:
 from resilient_slurm.checkpoint.train_state import TrainState  # noqa: E402
 from resilient_slurm.checkpoint.verify import verify  # noqa: E402
 from resilient_slurm.config import CheckpointConfig, MemoryTierConfig, ModelConfig, OptimConfig  # noqa: E402
-from resilient_slurm.model import parallel  # noqa: E402
+from resilient_slurm.parallel import fsdp  # noqa: E402
 from resilient_slurm.session.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.trainer.optim import build_optimizer, build_scheduler  # noqa: E402
 from resilient_slurm.model.decoder import token_loss_sum  # noqa: E402
@@ -111,8 +111,8 @@ ROTATION = ("dd", "dd direct", *SAVES, "memory")
 def payload(comm: Comm, layers: int, hidden: int, vocab: int):
     cfg = ModelConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 11 // 4, num_layers=layers,
                       num_heads=max(hidden // 64, 1), num_kv_heads=max(hidden // 64, 1), max_seq_len=64)
-    model = parallel.build_model(cfg, comm.mesh, comm.device)
-    parallel.fill_random(model, cfg, seed=0)
+    model = fsdp.build_model(cfg, comm.mesh, comm.device)
+    fsdp.fill_random(model, cfg, seed=0)
     opt = build_optimizer(model, OptimConfig())
     sched = build_scheduler(opt, OptimConfig(), 100)
     ids = torch.randint(0, vocab, (1, 17))

@@ -11,7 +11,7 @@ What it runs, all through the project's code on one rank:
   matrix product with `torch.use_deterministic_algorithms(True)`, in a child process with the
   environment as it was given; torch refuses cuBLAS in that mode unless CUBLAS_WORKSPACE_CONFIG is
   set. This process sets CUBLAS_WORKSPACE_CONFIG=:4096:8 (unless given) so the other checks run;
-- real steps: `Comm(backend="nccl")`, `parallel.build_model` (FSDP2 over a one-GPU mesh, bf16
+- real steps: `Comm(backend="nccl")`, `fsdp.build_model` (FSDP2 over a one-GPU mesh, bf16
   compute, float32 master weights and reduction), `fill_random`, AdamW and `trainer.step.StepRunner`,
   on a Llama-3.2-1B-shaped model (vocab 128256, hidden 2048, MLP 8192, 16 layers, 32 query / 8
   key-value heads, tied embeddings: 1.24B parameters). Each step is --accumulation micro-batches of
@@ -161,13 +161,13 @@ class Run:
 
     @staticmethod
     def build(comm: Any, cfg: Config, seed: int) -> Run:
-        from resilient_slurm.model import parallel
+        from resilient_slurm.parallel import fsdp
         from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
         from resilient_slurm.trainer.step import StepRunner
 
         run = Run(comm, cfg)
-        run.model = parallel.build_model(cfg.model, comm.mesh, comm.device)
-        parallel.fill_random(run.model, cfg.model, seed)
+        run.model = fsdp.build_model(cfg.model, comm.mesh, comm.device)
+        fsdp.fill_random(run.model, cfg.model, seed)
         run.optimizer = build_optimizer(run.model, cfg.optim)
         run.scheduler = build_scheduler(run.optimizer, cfg.optim, cfg.train.max_steps)
         run.trainer = StepRunner(run.model, run.optimizer, run.scheduler, comm, cfg.optim.grad_clip)

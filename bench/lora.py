@@ -43,7 +43,7 @@ from resilient_slurm.checkpoint.save import save  # noqa: E402
 from resilient_slurm.checkpoint.train_state import TrainState  # noqa: E402
 from resilient_slurm.checkpoint.state import capture_snapshot  # noqa: E402
 from resilient_slurm.config import LoRAConfig, ModelConfig, OptimConfig  # noqa: E402
-from resilient_slurm.model import parallel  # noqa: E402
+from resilient_slurm.parallel import fsdp  # noqa: E402
 from resilient_slurm.session.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.trainer.optim import build_optimizer, build_scheduler  # noqa: E402
 from resilient_slurm.trainer.step import StepRunner  # noqa: E402
@@ -72,8 +72,8 @@ def local_bytes(tensors) -> int:
 def worker(rank: int, world: int, port: int, cfg: ModelConfig, steps: int, root: str, queue) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     comm = Comm(RankInfo(rank, world, rank, "127.0.0.1", port))
-    model = parallel.build_model(cfg, comm.mesh, comm.device)
-    parallel.fill_random(model, cfg, 0)
+    model = fsdp.build_model(cfg, comm.mesh, comm.device)
+    fsdp.fill_random(model, cfg, 0)
     optim = OptimConfig()
     opt = build_optimizer(model, optim)
     sched = build_scheduler(opt, optim, 1000)

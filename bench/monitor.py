@@ -29,7 +29,7 @@ from resilient_slurm.monitor.detectors import Monitor, Observation  # noqa: E402
 from resilient_slurm.monitor.gpu_sampler import GpuSampler  # noqa: E402
 from resilient_slurm.session.distributed import Comm, RankInfo  # noqa: E402
 from resilient_slurm.trainer.optim import build_optimizer, build_scheduler  # noqa: E402
-from resilient_slurm.model.parallel import build_model, fill_random  # noqa: E402
+from resilient_slurm.parallel.fsdp import build_model, fill_random  # noqa: E402
 from resilient_slurm.trainer.step import StepRunner  # noqa: E402
 from resilient_slurm.session.watchdog import Watchdog  # noqa: E402
 from resilient_slurm.data.batches import PackedBatchSampler  # noqa: E402

@@ -13,8 +13,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "resilient_slurm"
 
 # Decisions, parsers, catalogs and layouts: they take data and return data.
-PURE = ["monitor/detectors.py", "monitor/replay.py", "recovery.py", "launch/naming.py", "analysis/goodput.py", "slurm/env.py",
-        "tracking/history.py", "checkpoint/layout.py",
+PURE = ["monitor/detectors.py", "monitor/replay.py", "recovery.py", "launch/naming.py", "analysis/goodput.py",
+        "slurm/env.py", "tracking/history.py", "checkpoint/layout.py", "checkpoint/chunks.py", "checkpoint/plan.py",
         "checkpoint/manifest.py", "checkpoint/policy.py", "checkpoint/retention.py", "checkpoint/crc32.py",
         "checkpoint/costs.py", "checkpoint/deadline.py", "checkpoint/interval.py", "checkpoint/nodes.py", "checkpoint/memory_policy.py",
         "health/xid_catalog.py",
@@ -28,7 +28,7 @@ PURE = ["monitor/detectors.py", "monitor/replay.py", "recovery.py", "launch/nami
         "checkpoint/collectives.py", "monitor/heartbeats.py", "data/tokens/idx_format.py", "data/tokens/plan.py",
         "data/tokens/position.py", "data/tokens/records.py", "data/tokens/tiny_corpus.py", "launch/command.py",
         *(f"config/{m}.py" for m in ("checks", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",
-                                     "tracking", "faults", "sweep", "schema", "overrides", "harness"))]
+                                     "tracking", "faults", "sweep", "schema", "overrides", "harness", "parallel"))]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "mlflow", "submitit",
                 "pynvml", "fcntl", "mmap", "requests", "urllib"}
 
@@ -111,7 +111,7 @@ def test_the_package_root_stays_small_and_every_sub_package_has_its_map():
 
 # The package's floors, from the ground up: a module imports only from its own floor or those below.
 FLOORS = ["exit_codes", "errors", "files", "console", "process", "config", "ledger", "recovery", "slurm", "rundir", "health",
-          "monitor", "tracking", "analysis", "checkpoint", "session", "model", "data", "export", "evaluate", "trainer",
+          "monitor", "tracking", "analysis", "checkpoint", "session", "model", "parallel", "data", "export", "evaluate", "trainer",
           "runtime", "api", "supervise", "launch", "sweep",
           "simulate", "report", "compare"]
 # Re-exports at old paths that queued Slurm jobs' pickles name: they point up on purpose.

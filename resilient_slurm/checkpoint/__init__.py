@@ -2,7 +2,9 @@
 
 Modules, in the order a save
 and a resume use them:
-    layout         directory and file names; which rank writes which rows of which tensors [pure]
+    layout         directory and file names; what a shards index says                  [pure]
+    chunks         boxes of a tensor from DTensor placements; overlap arithmetic         [pure]
+    plan           which rank writes which chunk of which tensor, into which file        [pure]
     manifest       sizes and CRC32s of every file: the commit marker                     [pure]
     policy         when a save is due (every N steps, exponential, every T minutes)      [pure]
     interval       the Young-Daly interval from measured cost and observed failures      [pure]
@@ -12,7 +14,8 @@ and a resume use them:
     crc32          combining CRCs of file ranges written in parallel                     [pure]
     collectives    what checkpoints need from the run's process group (protocols)
     train_state    train_state.json: where the run stood, as a frozen record             [pure]
-    state          training state ↔ named tensors and JSON (no pickle)
+    state          training state ↔ named tensors (each rank's box of them) and JSON (no pickle)
+    exchange       the ranks agree on a save's plan: holdings exchanged once per layout, cached
     safetensors_io safetensors headers and files, written and read in ranges
     parallel_io    range-parallel direct I/O with CRCs
     staging        reusable aligned host buffers for background saves
@@ -25,7 +28,7 @@ and a resume use them:
     buddy          each node's files copied to its buddy node after a commit
     cold           the cold tier over fsspec (a shared path or s3://)
     uploader       background, verified copies to the cold tier and its retention
-    reader         rows of saved tensors into this rank's shards, only the byte ranges it needs
+    reader         boxes of saved tensors into this rank's shards, only the overlaps it needs
     load           resume: the newest checkpoint that verifies, from either tier
     spread         resume from a checkpoint spread over nodes: own, buddy and peer copies
     memory_policy  the memory tier: when it saves, its size per node, what it fits in       [pure]

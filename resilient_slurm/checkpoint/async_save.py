@@ -1,4 +1,5 @@
-"""Async saves: the caller blocks while the state is staged; the rest runs on a thread of its own.
+"""Async saves: the caller blocks while the ranks agree on the plan and the state is staged; the
+rest runs on a thread of its own.
 
 The thread writes the staged files, fsyncs them, and runs the commit protocol of `save.py` (the
 checks and the marker included) with collectives on the checkpoint's own process group. At most
@@ -23,7 +24,7 @@ from resilient_slurm.checkpoint.collectives import Collectives
 from resilient_slurm.checkpoint.save import (
     SaveError,
     SaveResult,
-    rank_files,
+    prepare,
     tmp_path,
     write_and_commit,
 )
@@ -60,7 +61,13 @@ class AsyncSaver:
         if self.busy:
             raise RuntimeError("a save is already in flight; wait() for it first")
         start = time.perf_counter()
-        files = rank_files(snap, self.group.rank, self.group.world_size, self.max_shard_bytes)
+        try:
+            # On the checkpoint's group from this thread: no save is in flight to use it.
+            files = prepare(self.root, step, snap, self.group, self.max_shard_bytes, self.spread)
+        except SaveError as e:
+            blocking = time.perf_counter() - start
+            done(None, str(e), blocking)
+            return blocking
         staged = self.stager.stage(files.tensors)
         blocking = time.perf_counter() - start
         tmp = tmp_path(self.root, step)
@@ -72,7 +79,7 @@ class AsyncSaver:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
             try:
                 result = write_and_commit(self.root, step, files.plan, outs, files.blobs, self.group, self.io_threads,
-                                          spread=self.spread)
+                                          spread=self.spread, problem=files.problem)
             except Exception as e:  # noqa: BLE001 - reported to the caller's ledger, never lost
                 done(None, str(e) if isinstance(e, SaveError) else f"{e.__class__.__name__}: {e}", blocking)
                 return

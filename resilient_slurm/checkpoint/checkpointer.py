@@ -8,6 +8,7 @@ entries; `close()` waits for it on every exit path.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 from pathlib import Path
@@ -179,8 +180,7 @@ class Checkpointer:
         if not plan.save:
             return None
         if not plan.optimizer:
-            snap = Snapshot(snap.model, {}, snap.rng,
-                            {k: v for k, v in snap.json_files.items() if k != layout.OPTIMIZER_META})
+            snap = dataclasses.replace(snap, optimizer={}, groups=(), optimizer_type=None)
         return self._save_now(step, snap, "emergency", check=plan.check, plan=plan.name)
 
     def close(self, finished: bool = False) -> None:

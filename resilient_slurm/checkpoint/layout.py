@@ -1,10 +1,11 @@
-"""Checkpoint layout: directory and file names, and which rank writes which tensors. Pure.
+"""Checkpoint layout: directory and file names, and what a shards index says. Pure.
 
     checkpoints/
       step_00000100/
-        model.safetensors                       or model-0000i-of-0000N.safetensors: each rank's rows
-        model.shards.json                       every tensor's global shape and dtype, and which rows
-                                                of it each file holds (its pieces)
+        model.safetensors                       or model-0000i-of-0000N.safetensors: the chunks each
+                                                rank writes (one safetensors entry per chunk)
+        model.shards.json                       every tensor's global shape and dtype, and its chunks:
+                                                which box of it (offsets, lengths) each file holds
         optimizer.safetensors                   or shards, + optimizer.shards.json
         optimizer.json                          param groups (hyper-parameters, parameter names)
         scheduler.json                          LR scheduler state
@@ -20,11 +21,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from resilient_slurm.checkpoint.chunks import Box
+
 FORMAT_NAME = "resilient_slurm-checkpoint"
-FORMAT_VERSION = 2
-"""2: sharded state (pieces of tensors, `<prefix>.shards.json`) and per-chunk CRCs in the manifest.
-Version 1 checkpoints (whole tensors, HF-style `<prefix>.safetensors.index.json`) still load."""
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+"""3: each tensor as N-dimensional chunks (boxes: offsets and lengths per dimension), whatever the
+placements that cut it. 2: pieces of rows (dim 0 only) and per-chunk CRCs in the manifest. 1: whole
+tensors, HF-style `<prefix>.safetensors.index.json`. All three load."""
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST = "manifest.json"
 TRAIN_STATE = "train_state.json"
 SCHEDULER = "scheduler.json"
@@ -74,9 +78,11 @@ def shard_rows(rows: int, world: int, rank: int) -> tuple[int, int]:
     return start, min(start + chunk, rows)
 
 
+
+
 @dataclass(frozen=True)
 class TensorSpec:
-    """What every rank knows of one tensor of the state, whoever holds it."""
+    """One tensor of the state as a whole, whoever holds which part of it."""
 
     name: str
     shape: tuple[int, ...]
@@ -84,142 +90,61 @@ class TensorSpec:
     dtype: str
     """safetensors dtype name (F32, BF16, I64, ...)."""
     itemsize: int
-    sharded: bool
-    """Each rank holds its `shard_rows`; otherwise every rank holds all of it and one writes it."""
-
-    @property
-    def rows(self) -> int:
-        """Dim 0; a scalar counts as one row."""
-        return self.shape[0] if self.shape else 1
-
-    @property
-    def row_bytes(self) -> int:
-        n = self.itemsize
-        for d in self.shape[1:]:
-            n *= d
-        return n
 
     @property
     def nbytes(self) -> int:
-        return self.rows * self.row_bytes
+        return self.volume * self.itemsize
+
+    @property
+    def volume(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
 
 
 @dataclass(frozen=True)
-class Piece:
+class Chunk:
     name: str
-    start: int
-    stop: int
-    """Rows [start, stop) of the tensor."""
+    box: Box
 
 
 @dataclass(frozen=True)
-class PieceFile:
+class ChunkFile:
     filename: str
     rank: int
-    pieces: tuple[Piece, ...]
+    """The rank that writes it."""
+    chunks: tuple[Chunk, ...]
 
 
-def plan_pieces(prefix: str, specs: list[TensorSpec], world_size: int, max_shard_bytes: int) -> list[PieceFile]:
-    """The files of one prefix: each rank writes its own rows of every sharded tensor, and the
-    replicated tensors are spread over the ranks by bytes (`plan_shards`, whole tensors); each
-    rank's pieces, in state order, are cut into files of at most `max_shard_bytes`.
-
-    Every rank computes the same plan from the same specs, so no rank has to tell another what it
-    will write. One file gets the plain name; several get `-0000i-of-0000N`.
-    """
-    owner: dict[str, int] = {}
-    replicated = [(s.name, s.nbytes) for s in specs if not s.sharded]
-    for shard in plan_shards(prefix, replicated, world_size, 1 << 62):
-        owner.update({n: shard.rank for n in shard.names})
-    runs: list[tuple[int, list[Piece]]] = []
-    for rank in range(world_size):
-        current: list[Piece] = []
-        current_bytes = 0
-        for s in specs:
-            if s.sharded:
-                start, stop = shard_rows(s.rows, world_size, rank)
-            elif owner[s.name] == rank:
-                start, stop = 0, s.rows
-            else:
-                continue
-            if stop <= start:
-                continue
-            nbytes = (stop - start) * s.row_bytes
-            if current and current_bytes + nbytes > max_shard_bytes:
-                runs.append((rank, current))
-                current, current_bytes = [], 0
-            current.append(Piece(s.name, start, stop))
-            current_bytes += nbytes
-        if current:
-            runs.append((rank, current))
-    if len(runs) == 1:
-        return [PieceFile(f"{prefix}.safetensors", runs[0][0], tuple(runs[0][1]))]
-    n = len(runs)
-    return [PieceFile(f"{prefix}-{i + 1:05d}-of-{n:05d}.safetensors", rank, tuple(pieces))
-            for i, (rank, pieces) in enumerate(runs)]
-
-
-def shards_index(specs: list[TensorSpec], files: list[PieceFile]) -> dict:
-    """`<prefix>.shards.json`: every tensor's shape and dtype, and its pieces [file, start, stop]."""
-    pieces: dict[str, list[list]] = {s.name: [] for s in specs}
+def shards_index(specs: list[TensorSpec], files: list[ChunkFile]) -> dict:
+    """`<prefix>.shards.json`: every tensor's shape and dtype, and its chunks [file, offsets, lengths]."""
+    chunks: dict[str, list[list]] = {s.name: [] for s in specs}
     for f in files:
-        for p in f.pieces:
-            pieces[p.name].append([f.filename, p.start, p.stop])
-    return {"tensors": {s.name: {"shape": list(s.shape), "dtype": s.dtype, "pieces": pieces[s.name]}
+        for c in f.chunks:
+            chunks[c.name].append([f.filename, list(c.box.offsets), list(c.box.lengths)])
+    return {"tensors": {s.name: {"shape": list(s.shape), "dtype": s.dtype, "chunks": chunks[s.name]}
                         for s in specs}}
+
+
+def index_chunks(entry: dict) -> list[tuple[str, Box]]:
+    """The chunks of one tensor of a shards index, version 3's boxes or version 2's pieces of rows
+    [file, start, stop] (a scalar's one piece is its whole box). KeyError/TypeError/ValueError
+    when malformed."""
+    shape = tuple(int(d) for d in entry["shape"])
+    if "chunks" in entry:
+        out = []
+        for rel, offsets, lengths in entry["chunks"]:
+            box = Box(tuple(int(o) for o in offsets), tuple(int(n) for n in lengths))
+            if len(box.offsets) != len(shape) or len(box.lengths) != len(shape):
+                raise ValueError(f"chunk {box.offsets}/{box.lengths} has not the {len(shape)} dimensions of the tensor")
+            out.append((str(rel), box))
+        return out
+    pieces = [(str(rel), int(a), int(b)) for rel, a, b in entry["pieces"]]
+    if not shape:
+        return [(rel, Box((), ())) for rel, _, _ in pieces]
+    return [(rel, Box((a,) + (0,) * (len(shape) - 1), (b - a, *shape[1:]))) for rel, a, b in pieces]
 
 
 def is_optimizer_file(path: str) -> bool:
     return path == OPTIMIZER_META or path.startswith(f"{OPTIMIZER}.") or path.startswith(f"{OPTIMIZER}-")
-
-
-@dataclass(frozen=True)
-class ShardFile:
-    filename: str
-    rank: int
-    names: tuple[str, ...]
-
-
-def plan_shards(prefix: str, sizes: list[tuple[str, int]], world_size: int, max_shard_bytes: int) -> list[ShardFile]:
-    """Split tensors (in state-dict order) into files: a contiguous run per rank, balanced by bytes,
-    each run cut into files of at most `max_shard_bytes` (a single tensor may exceed it).
-
-    Every rank computes the same plan from the same names and sizes, so no rank has to tell
-    another what it will write. One file gets the plain HF name; several get `-0000i-of-0000N`.
-    """
-    total = sum(n for _, n in sizes)
-    per_rank: list[list[tuple[str, int]]] = [[] for _ in range(world_size)]
-    done = 0
-    for name, nbytes in sizes:
-        # The rank whose share of [0, total) contains this tensor's midpoint.
-        mid = done + nbytes / 2
-        rank = min(int(mid * world_size / total), world_size - 1) if total else 0
-        per_rank[rank].append((name, nbytes))
-        done += nbytes
-    runs: list[tuple[int, list[str]]] = []
-    for rank, items in enumerate(per_rank):
-        current: list[str] = []
-        current_bytes = 0
-        for name, nbytes in items:
-            if current and current_bytes + nbytes > max_shard_bytes:
-                runs.append((rank, current))
-                current, current_bytes = [], 0
-            current.append(name)
-            current_bytes += nbytes
-        if current:
-            runs.append((rank, current))
-    if len(runs) == 1:
-        return [ShardFile(f"{prefix}.safetensors", runs[0][0], tuple(runs[0][1]))]
-    n = len(runs)
-    return [
-        ShardFile(f"{prefix}-{i + 1:05d}-of-{n:05d}.safetensors", rank, tuple(names))
-        for i, (rank, names) in enumerate(runs)
-    ]
-
-
-def index_for(shards: list[ShardFile], sizes: dict[str, int]) -> dict | None:
-    """HF-style `*.safetensors.index.json` content for a sharded plan; None for a single file."""
-    if len(shards) <= 1:
-        return None
-    weight_map = {name: shard.filename for shard in shards for name in shard.names}
-    return {"metadata": {"total_size": sum(sizes[n] for n in weight_map)}, "weight_map": weight_map}

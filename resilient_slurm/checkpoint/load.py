@@ -7,10 +7,11 @@ tier into the hot one (checked file by file, marker last) and loaded from there.
 fails on any rank is skipped by all of them together, and moved aside (never deleted), so the
 next is tried.
 
-Any world size loads any checkpoint: model tensors and optimizer state are keyed by name and
-stored as pieces of rows, and each rank reads only the rows it holds now (`reader.py`); the data
-position is a global sample count. At the world size that wrote it, each rank reads its own files
-whole, in large parallel ranges straight into its shards, with CRCs checked on the way.
+Any layout loads any checkpoint: model tensors and optimizer state are keyed by name and stored
+as chunks (boxes of the tensor), and each rank reads only the overlap of the saved chunks with the
+box it holds now (`reader.py`); the data position is a global sample count. At the layout that
+wrote it, each rank reads its own files whole, in large parallel ranges straight into its shards,
+with CRCs checked on the way.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from torch import nn
 from resilient_slurm.checkpoint.collectives import RunCollectives
 from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.manifest import Manifest
-from resilient_slurm.checkpoint.reader import LoadError, Reader, Saved, read_json, saved_tensors
+from resilient_slurm.checkpoint.chunks import Box, whole
+from resilient_slurm.checkpoint.reader import LoadError, Reader, Saved, overlapping, read_json, saved_tensors
 from resilient_slurm.checkpoint.safetensors_io import FormatError
 from resilient_slurm.checkpoint.state import (
-    local_rows,
+    local_box,
     model_tensors,
     optimizer_tensors,
     param_names,
@@ -183,25 +185,28 @@ def fetch(cold: ColdSource, step: int, root: Path) -> tuple[str, str] | None:
 
 
 def needed_files(path: Path, manifest: Manifest, model: nn.Module) -> set[str]:
-    """The tensor files that hold rows this rank holds now: what `load_into` will read, besides the
-    JSON files (which must be in `path` already). A node-local resume brings these to the node."""
+    """The tensor files that hold some of what this rank holds now: what `load_into` will read,
+    besides the JSON files (which must be in `path` already). A node-local resume brings these to
+    the node."""
     docs = {rel: read_json(path, rel, manifest) for rel in manifest.files if rel.endswith(".json")}
     saved_model = saved_tensors(path, layout.MODEL, manifest, docs)
     saved_optim = saved_tensors(path, layout.OPTIMIZER, manifest, docs)
     out: set[str] = set()
     for name, h in model_tensors(model).items():
         if name in saved_model:
-            out |= _overlapping(saved_model[name], h.start, h.start + (h.data.shape[0] if h.data.ndim else 1))
+            out |= overlapping(saved_model[name], h.box)
     by_name = {name: p for p, name in param_names(model).items()}
     for name, saved in saved_optim.items():
         param = by_name.get(name.rsplit(".", 1)[0])
         if param is not None:
-            out |= _overlapping(saved, *(local_rows(param) if saved.shape == tuple(param.shape) else (0, saved.rows)))
+            out |= overlapping(saved, _state_box(saved, param))
     return out
 
 
-def _overlapping(saved: Saved, start: int, stop: int) -> set[str]:
-    return {rel for rel, a, b in saved.pieces if max(a, start) < min(b, stop)}
+def _state_box(saved: Saved, param: torch.Tensor) -> Box:
+    """The box of an optimizer state tensor this rank holds: its parameter's, for state shaped
+    like it; the whole of the rest (a step count)."""
+    return local_box(param) if saved.shape == tuple(param.shape) else whole(saved.shape)
 
 
 def load_into(
@@ -237,7 +242,7 @@ def load_into(
         # Straight into the parameter's own storage when it can take the bytes, else via the CPU.
         direct = h.data.device.type == "cpu" and h.data.is_contiguous() and h.data.dtype == saved_model[name].dtype
         dest = h.data if direct else torch.empty(h.data.shape, dtype=saved_model[name].dtype)
-        reader.add(name, saved_model[name], dest, h.start)
+        reader.add(name, saved_model[name], dest, h.box)
         if not direct:
             copies.append((h.data, dest))
     existing = optimizer_tensors(optimizer, names) if optimizer is not None else {}
@@ -246,15 +251,14 @@ def load_into(
         param = by_name.get(name.rsplit(".", 1)[0])
         if param is None:
             raise LoadError(f"checkpoint has optimizer state {name!r} for a parameter this model does not have")
-        # State shaped like its parameter is sharded like it; the rest (a step count) is whole.
-        start, stop = local_rows(param) if saved.shape == tuple(param.shape) else (0, saved.rows)
-        shape = (stop - start, *saved.shape[1:]) if saved.shape else ()
+        box = _state_box(saved, param)
+        shape = box.lengths
         # Into the state the optimizer already has (a rollback) when it fits: no second copy of it.
         old = existing[name].data if name in existing else None
         fits = old is not None and old.device.type == "cpu" and old.is_contiguous() and old.dtype == saved.dtype \
             and tuple(old.shape) == shape
         dest = old if fits and old is not None else torch.empty(shape, dtype=saved.dtype)
-        reader.add(name, saved, dest, start)
+        reader.add(name, saved, dest, box)
         optim_state[name] = dest
     reader.run()
     with torch.no_grad():

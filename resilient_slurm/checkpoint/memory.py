@@ -10,7 +10,8 @@ against the manifest's CRC on arrival), and a resume is `spread.SpreadResume` on
 node first, then buddies'. The disk tiers are untouched; a resume uses them only when no node
 holds a complete memory checkpoint at least as new as theirs (`Checkpointer.resume`).
 
-What the loop waits for. `save` plans the files (names, headers, JSON: milliseconds) and returns.
+What the loop waits for. `save` agrees on the plan with the other ranks (one small all-gather
+in a steady run) and plans the files (names, headers, JSON: milliseconds), and returns.
 A thread of the tier's own then writes the tensors straight from their memory into the files (on
 tmpfs, a copy into the page cache: the "device to host" copy of a CPU run, with the CRC of every
 chunk on the way), and after that commits, copies to the buddy and prunes, at a low priority. The
@@ -55,7 +56,7 @@ from resilient_slurm.checkpoint.memory_policy import SOURCES, fits, node_need
 from resilient_slurm.checkpoint.nodes import Spread
 from resilient_slurm.checkpoint.parallel_io import OutFile
 from resilient_slurm.checkpoint.safetensors_io import out_file
-from resilient_slurm.checkpoint.save import SaveError, SaveResult, rank_files, tmp_path, write_and_commit
+from resilient_slurm.checkpoint.save import SaveError, SaveResult, prepare, tmp_path, write_and_commit
 from resilient_slurm.checkpoint.spread import SpreadResume
 from resilient_slurm.checkpoint.staging import Stager
 from resilient_slurm.checkpoint.state import Snapshot, model_tensors, optimizer_tensors, param_names
@@ -97,7 +98,11 @@ class MemoryTier:
         start = time.perf_counter()
         self.wait()
         waited = time.perf_counter() - start
-        files = rank_files(snap, self.group.rank, self.group.world_size, self.max_shard_bytes)
+        try:
+            files = prepare(self.root, step, snap, self.group, self.max_shard_bytes, self.spread)
+        except SaveError as e:
+            self._record_failure(step, str(e), time.perf_counter() - start, waited)
+            return time.perf_counter() - start
         tmp = tmp_path(self.root, step)
         outs: list[OutFile]
         staged = _on_device(snap)
@@ -123,7 +128,8 @@ class MemoryTier:
                 copied()  # the bytes are in the staging buffers already
             try:
                 result = write_and_commit(self.root, step, files.plan, outs, files.blobs, self.group, self.io_threads,
-                                          spread=self.spread, direct=False, written=None if staged else copied)
+                                          spread=self.spread, direct=False, written=None if staged else copied,
+                                          problem=files.problem)
                 committed_at = time.perf_counter()
                 copy = self._replicate(result)
                 problems = copy.problems + (self._retain() if self.leader else [])
@@ -144,6 +150,13 @@ class MemoryTier:
         self._thread = threading.Thread(target=run, name=f"memory-save-{step}")
         self._thread.start()
         return blocking
+
+    def _record_failure(self, step: int, error: str, blocking: float, waited: float) -> None:
+        if self.events is not None and self.rank == 0:
+            self.events.emit(ledger.MemorySave(
+                path=str(tmp_path(self.root, step)), bytes=0, blocking_s=round(blocking, 4), waited_s=round(waited, 4),
+                copy_s=round(blocking, 4), seconds=round(blocking, 4), buddy_bytes=0, buddy_seconds=0.0, ok=False,
+                problems=[error]), step)
 
     def guard(self, optimizer: torch.optim.Optimizer | None) -> None:
         """Make the optimizer's steps wait until a save's bytes are out of the tensors they change."""

@@ -1,12 +1,20 @@
-"""Reading rows of a checkpoint's tensors into this rank's tensors, whatever world size wrote them.
+"""Reading boxes of a checkpoint's tensors into this rank's tensors, whatever layout wrote them.
 
-A checkpoint holds each tensor as pieces (rows [start, stop) of dim 0, each in some file; see
-layout.py). A reader is given destinations (rows [a, b) of a tensor, into a CPU tensor) and reads
-only the byte ranges of the pieces that overlap them: a row range is one contiguous byte range.
-A file whose every byte is wanted (a resume at the world size that wrote it) is read whole, in
-large parallel ranges straight into the destinations, and its CRC checked; otherwise only the
-chunks holding the wanted ranges are read, each checked against the manifest's chunk CRCs.
-Version 1 checkpoints have no chunk CRCs: their files are read whole and the rest is discarded.
+A checkpoint holds each tensor as chunks (boxes: offsets and lengths per dimension, each in some
+file; see layout.py). A reader is given destinations (a box of a tensor, into a CPU tensor of the
+box's shape) and reads, for every saved chunk that overlaps one, only the bytes of the overlap:
+
+- an overlap that is one contiguous run in both the chunk and the destination (a resume at the
+  layout that saved, or cuts along dim 0 only) is read straight into the destination's memory;
+- any other overlap (a column shard read from row shards) is generally not one byte range: the
+  smallest contiguous run of the chunk that holds it is read into a scratch buffer, and the
+  overlap copied out of it. Long runs are cut along their outer dimensions first, and scratch is
+  used in batches of at most SCRATCH_BYTES, so memory stays bounded whatever the reshard.
+
+A file whose every byte is wanted is read whole, in large parallel ranges straight into the
+destinations, and its CRC checked; otherwise only the CRC chunks holding the wanted ranges are
+read, each checked against the manifest's chunk CRCs. Version 1 checkpoints have no chunk CRCs:
+their files are read whole and the rest is discarded.
 """
 
 from __future__ import annotations
@@ -20,10 +28,14 @@ from typing import Any
 import torch
 
 from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.chunks import Box, intersect, is_contiguous, span, split_for_span, strides, uncovered, whole
 from resilient_slurm.checkpoint.crc32 import crc32
 from resilient_slurm.checkpoint.manifest import CHUNK_BYTES, Manifest
 from resilient_slurm.checkpoint.parallel_io import InFile, read_files, read_ranges
 from resilient_slurm.checkpoint.safetensors_io import DTYPES, Header, bytes_view, read_header
+
+SCRATCH_BYTES = 64 << 20
+"""At most this much scratch memory holds overlaps that are not one byte range, at a time."""
 
 
 class LoadError(RuntimeError):
@@ -36,27 +48,20 @@ class Saved:
 
     shape: tuple[int, ...]
     dtype: torch.dtype
-    pieces: tuple[tuple[str, int, int], ...]
-    """(file, start row, stop row), covering every row once."""
+    chunks: tuple[tuple[str, Box], ...]
+    """(file, box) of each chunk; together they tile the tensor (`verify` checks it)."""
 
     @property
-    def rows(self) -> int:
-        return self.shape[0] if self.shape else 1
-
-    @property
-    def row_bytes(self) -> int:
-        n = torch.empty(0, dtype=self.dtype).element_size()
-        for d in self.shape[1:]:
-            n *= d
-        return n
+    def itemsize(self) -> int:
+        return torch.empty(0, dtype=self.dtype).element_size()
 
 
 def saved_tensors(path: Path, prefix: str, manifest: Manifest, docs: dict[str, Any]) -> dict[str, Saved]:
-    """Every tensor of `prefix` (model, optimizer) in the checkpoint, with its pieces; {} if none."""
+    """Every tensor of `prefix` (model, optimizer) in the checkpoint, with its chunks; {} if none."""
     index = docs.get(layout.shards_file(prefix))
     if index is not None:
         try:
-            return {name: Saved(tuple(t["shape"]), DTYPES[t["dtype"]], tuple((f, int(a), int(b)) for f, a, b in t["pieces"]))
+            return {name: Saved(tuple(int(d) for d in t["shape"]), DTYPES[t["dtype"]], tuple(layout.index_chunks(t)))
                     for name, t in index["tensors"].items()}
         except (KeyError, TypeError, ValueError) as e:
             raise LoadError(f"{layout.shards_file(prefix)} is malformed ({e.__class__.__name__}: {e})") from None
@@ -71,8 +76,13 @@ def saved_tensors(path: Path, prefix: str, manifest: Manifest, docs: dict[str, A
     out: dict[str, Saved] = {}
     for rel in files:
         for name, info in read_header(str(path / rel)).tensors.items():
-            out[name] = Saved(info.shape, info.dtype, ((rel, 0, info.shape[0] if info.shape else 1),))
+            out[name] = Saved(info.shape, info.dtype, ((rel, whole(info.shape)),))
     return out
+
+
+def overlapping(saved: Saved, box: Box) -> set[str]:
+    """The files holding some of `box` of the tensor."""
+    return {rel for rel, chunk in saved.chunks if intersect(chunk, box) is not None}
 
 
 @dataclass
@@ -82,9 +92,23 @@ class _Span:
 
 
 @dataclass
+class _Piece:
+    """An overlap read through scratch: the chunk's elements [offset, offset + nbytes) as bytes of
+    the file, then `dest` copied from them, seen with the chunk's strides."""
+
+    offset: int
+    nbytes: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dest: torch.Tensor
+
+
+@dataclass
 class _File:
     header: Header
     spans: list[_Span] = field(default_factory=list)
+    pieces: list[_Piece] = field(default_factory=list)
 
 
 class Reader:
@@ -95,44 +119,58 @@ class Reader:
         self.files: dict[str, _File] = {}
         self.bytes_read = 0
 
-    def add(self, name: str, saved: Saved, dest: torch.Tensor, start: int) -> None:
-        """Fill `dest` (contiguous, on the CPU, the saved dtype) with rows [start, start + len) of
-        tensor `name`."""
-        rows = dest.shape[0] if dest.ndim else 1
-        if dest.dtype != saved.dtype or tuple(dest.shape[1:]) != saved.shape[1:] or start + rows > saved.rows:
+    def add(self, name: str, saved: Saved, dest: torch.Tensor, box: Box) -> None:
+        """Fill `dest` (contiguous, on the CPU, the saved dtype, of the box's shape) with box `box`
+        of tensor `name`."""
+        if dest.dtype != saved.dtype or len(box.offsets) != len(saved.shape) or \
+                tuple(dest.shape) != box.lengths or intersect(box, whole(saved.shape)) not in (box, None):
             raise LoadError(f"tensor {name!r}: the checkpoint has {saved.dtype}{list(saved.shape)}, this run needs "
-                            f"rows {start}..{start + rows} of {dest.dtype}{[None, *dest.shape[1:]]}")
+                            f"{box.describe()} of it as {dest.dtype}{list(dest.shape)}")
+        if not box.volume:
+            return
         view = bytes_view(dest)
-        covered = 0
-        for rel, a, b in saved.pieces:
-            lo, hi = max(a, start), min(b, start + rows)
-            if lo >= hi:
+        item = saved.itemsize
+        found = []
+        for rel, chunk in saved.chunks:
+            common = intersect(chunk, box)
+            if common is None:
                 continue
             info = self._file(rel).header.tensors.get(name)
-            if info is None or info.dtype != saved.dtype or (info.shape[0] if info.shape else 1) != b - a:
-                raise LoadError(f"{rel} does not hold rows {a}..{b} of {name!r} as its shards index says")
-            offset = info.begin + (lo - a) * saved.row_bytes
-            self.files[rel].spans.append(
-                _Span(offset, view[(lo - start) * saved.row_bytes : (hi - start) * saved.row_bytes]))
-            covered += hi - lo
-        if covered != rows:
-            raise LoadError(f"checkpoint lacks rows of {name!r}: {covered} of the {rows} needed here")
+            if info is None or info.dtype != saved.dtype or info.shape != chunk.lengths:
+                raise LoadError(f"{rel} does not hold {chunk.describe()} of {name!r} as its shards index says")
+            found.append(chunk)
+            src = common.relative_to(chunk)
+            shift = tuple(c - b for c, b in zip(chunk.offsets, box.offsets))
+            for piece in split_for_span(src, chunk.lengths, max(1, SCRATCH_BYTES // item)):
+                at = Box(tuple(o + s for o, s in zip(piece.offsets, shift)), piece.lengths)
+                first, stop = span(piece, chunk.lengths)
+                if is_contiguous(piece, chunk.lengths) and is_contiguous(at, box.lengths):
+                    a, b = span(at, box.lengths)
+                    self.files[rel].spans.append(_Span(info.begin + first * item, view[a * item : b * item]))
+                else:
+                    target = dest[tuple(slice(o, o + n) for o, n in zip(at.offsets, at.lengths))]
+                    self.files[rel].pieces.append(_Piece(info.begin + first * item, (stop - first) * item, saved.dtype,
+                                                         piece.lengths, strides(chunk.lengths), target))
+        missing = uncovered(box, found)
+        if missing is not None:
+            raise LoadError(f"tensor {name!r}: no chunk of the checkpoint holds {missing.describe()} of it: its shards "
+                            f"index does not cover the tensor (damaged or edited files)")
 
     def run(self) -> None:
-        """Read every span added; LoadError on a short file or a checksum mismatch."""
-        whole, partial = [], []
+        """Read everything added; LoadError on a short file or a checksum mismatch."""
+        whole_files, partial = [], []
         for rel, f in self.files.items():
             wanted = sum(len(s.dest) for s in f.spans)
             entry = self.manifest.files[rel]
-            if wanted == entry.nbytes - f.header.data_start or not (entry.chunks or entry.nbytes <= CHUNK_BYTES):
-                whole.append(rel)
+            if not f.pieces and (wanted == entry.nbytes - f.header.data_start
+                                 or not (entry.chunks or entry.nbytes <= CHUNK_BYTES)):
+                whole_files.append(rel)
             else:
                 partial.append(rel)
         try:
-            self._read_whole(whole)
-            with ThreadPoolExecutor(max_workers=max(1, min(self.io_threads, len(partial) or 1))) as pool:
-                for n in pool.map(self._read_partial, partial):
-                    self.bytes_read += n
+            self._read_whole(whole_files)
+            self._read_partial({rel: [(s.offset, s.dest) for s in self.files[rel].spans] for rel in partial})
+            self._read_pieces(partial)
         except OSError as e:
             raise LoadError(str(e)) from None
 
@@ -150,11 +188,11 @@ class Reader:
             f = self.files[rel]
             segments: list[memoryview] = []
             pos = 0
-            for span in sorted(f.spans, key=lambda s: s.offset):
-                if span.offset > pos:
-                    segments.append(memoryview(bytearray(span.offset - pos)))
-                segments.append(span.dest)
-                pos = span.offset + len(span.dest)
+            for s in sorted(f.spans, key=lambda s: s.offset):
+                if s.offset > pos:
+                    segments.append(memoryview(bytearray(s.offset - pos)))
+                segments.append(s.dest)
+                pos = s.offset + len(s.dest)
             size = self.manifest.files[rel].nbytes
             if size > pos:
                 segments.append(memoryview(bytearray(size - pos)))
@@ -164,11 +202,40 @@ class Reader:
             if crc != self.manifest.files[rel].crc32:
                 raise LoadError(f"checksum mismatch in {rel}")
 
-    def _read_partial(self, rel: str) -> int:
-        entry = self.manifest.files[rel]
-        chunks = entry.chunks or (entry.crc32,)
-        return read_ranges(str(self.path / rel), entry.nbytes, chunks,
-                           [(s.offset, s.dest) for s in self.files[rel].spans])
+    def _read_partial(self, spans: dict[str, list[tuple[int, memoryview]]]) -> None:
+        """The CRC chunks holding each file's spans, checked, copied into them."""
+        def one(rel: str) -> int:
+            entry = self.manifest.files[rel]
+            if entry.chunks or entry.nbytes <= CHUNK_BYTES:
+                return read_ranges(str(self.path / rel), entry.nbytes, entry.chunks or (entry.crc32,), spans[rel])
+            # Version 1: one CRC for the whole file, so all of it is read to check any of it.
+            data = memoryview(bytearray(entry.nbytes))
+            if read_files([InFile(str(self.path / rel), [data])], 1)[0] != entry.crc32:
+                raise LoadError(f"checksum mismatch in {rel}")
+            for offset, dest in spans[rel]:
+                dest[:] = data[offset : offset + len(dest)]
+            return entry.nbytes
+
+        todo = [rel for rel, s in spans.items() if s]
+        with ThreadPoolExecutor(max_workers=max(1, min(self.io_threads, len(todo) or 1))) as pool:
+            for n in pool.map(one, todo):
+                self.bytes_read += n
+
+    def _read_pieces(self, rels: list[str]) -> None:
+        """Overlaps through scratch, SCRATCH_BYTES at a time: read their runs, copy them out."""
+        pending = [(rel, p) for rel in rels for p in self.files[rel].pieces]
+        while pending:
+            batch, size = [], 0
+            while pending and (not batch or size + pending[0][1].nbytes <= SCRATCH_BYTES):
+                batch.append(pending.pop(0))
+                size += batch[-1][1].nbytes
+            scratch = [torch.empty(p.nbytes, dtype=torch.uint8) for _, p in batch]
+            spans: dict[str, list[tuple[int, memoryview]]] = {}
+            for (rel, p), buf in zip(batch, scratch):
+                spans.setdefault(rel, []).append((p.offset, bytes_view(buf)))
+            self._read_partial(spans)
+            for (_, p), buf in zip(batch, scratch):
+                p.dest.copy_(buf.view(p.dtype).as_strided(p.shape, p.strides))
 
 
 def read_json(path: Path, rel: str, manifest: Manifest) -> Any:

@@ -1,7 +1,8 @@
 """The atomic, sharded save protocol, across all ranks.
 
-1. rank 0 makes `.tmp.step_N/`; barrier
-2. every rank writes the shard files it owns (`parallel_io`: threads, large direct writes) and
+1. rank 0 makes `.tmp.step_N/`; the ranks agree on the plan (`exchange.py`: one small all-gather
+   in a steady run, which doubles as the barrier after the directory is made)
+2. every rank writes the chunk files it owns (`parallel_io`: threads, large direct writes) and
    fsyncs them
 3. all-gather of every rank's file sizes and CRCs (doubles as the barrier before the marker)
 4. rank 0 checks the directory's structure (sizes, headers, index entries), writes the manifest
@@ -24,7 +25,6 @@ group: `group.py`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -38,11 +38,12 @@ import torch
 
 from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.collectives import Collectives
+from resilient_slurm.checkpoint.exchange import Agreed, PlanFailed, agree
 from resilient_slurm.checkpoint.manifest import FileEntry, Manifest
 from resilient_slurm.checkpoint.nodes import Spread
 from resilient_slurm.checkpoint.parallel_io import OutFile, write_files
 from resilient_slurm.checkpoint.safetensors_io import FormatError, out_file, read_header, write_bytes
-from resilient_slurm.checkpoint.state import Held, Snapshot
+from resilient_slurm.checkpoint.state import Snapshot
 from resilient_slurm.checkpoint.verify import check_files
 from resilient_slurm.files import utc_stamp
 
@@ -68,67 +69,81 @@ class RankFiles:
     """The files one rank writes for one checkpoint."""
 
     tensors: list[tuple[str, list[tuple[str, torch.Tensor]]]]
-    """Shard files: path inside the checkpoint, and its tensors in file order."""
+    """Chunk files: path inside the checkpoint, and its tensors in file order."""
     blobs: list[tuple[str, bytes]]
     """Small JSON files."""
     plan: str
-    """Digest of the whole shard plan: every rank must have computed the same one."""
+    """Digest of the whole plan: every rank must have computed the same one."""
     nbytes: int
     """Bytes of tensor data in the whole checkpoint (all ranks)."""
+    problem: str | None = None
+    """Why this rank cannot write its part (it fails the save on every rank at the commit)."""
 
 
 def tmp_path(root: Path, step: int) -> Path:
     return root / layout.tmp_dir_name(step)
 
 
-def rank_files(snap: Snapshot, rank: int, world_size: int, max_shard_bytes: int) -> RankFiles:
+def prepare(root: Path, step: int, snap: Snapshot, comm: Collectives, max_shard_bytes: int,
+            spread: Spread | None = None) -> RankFiles:
+    """Steps 1 of the protocol: the leader (rank 0, or each node's) makes the temporary directory,
+    then the ranks agree on the plan; this rank's files. SaveError on every rank alike when the
+    states do not make a checkpoint (the directory is removed)."""
+    tmp = tmp_path(root, step)
+    leader = comm.rank == 0 if spread is None else spread.is_leader(comm.rank)
+    if leader:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / layout.RNG_DIR).mkdir(parents=True)
+    try:
+        return rank_files(snap, agree(snap, comm, max_shard_bytes), comm.rank)
+    except PlanFailed as e:
+        if leader:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise SaveError(str(e)) from None
+
+
+def rank_files(snap: Snapshot, agreed: Agreed, rank: int) -> RankFiles:
     tensors: list[tuple[str, list[tuple[str, torch.Tensor]]]] = []
     blobs: list[tuple[str, bytes]] = []
-    plans = []
-    total = 0
-    for prefix, named in ((layout.MODEL, snap.model), (layout.OPTIMIZER, snap.optimizer)):
-        if not named:
-            continue
-        specs = [h.spec for h in named.values()]
-        total += sum(s.nbytes for s in specs)
-        plan = layout.plan_pieces(prefix, specs, world_size, max_shard_bytes)
-        plans += [(f.filename, f.rank, f.pieces) for f in plan]
-        for f in plan:
-            if f.rank == rank:
-                tensors.append((f.filename, [(p.name, _rows(named[p.name], p)) for p in f.pieces]))
-        if rank == 0:
-            blobs.append((layout.shards_file(prefix), _json(layout.shards_index(specs, plan))))
+    plan = agreed.plan
+    total = sum(s.nbytes for specs in plan.specs.values() for s in specs)
+    for prefix, f in plan.rank_files(rank):
+        named = snap.model if prefix == layout.MODEL else snap.optimizer
+        mismatch = next((c for c in f.chunks if named[c.name].box != c.box), None)
+        if mismatch is not None:
+            return RankFiles([], [], plan.digest, total, f"rank {rank}: {mismatch.name}: it holds "
+                             f"{named[mismatch.name].box.describe()}, the plan wants {mismatch.box.describe()} "
+                             f"(is the mesh made of this process group's ranks?)")
+        tensors.append((f.filename, [(c.name, named[c.name].data) for c in f.chunks]))
     blobs.append((layout.rng_file(rank), _json(snap.rng)))
     if rank == 0:
+        blobs += [(layout.shards_file(prefix), _json(layout.shards_index(plan.specs[prefix], plan.files[prefix])))
+                  for prefix in plan.specs]
         blobs += [(name, _json(body)) for name, body in snap.json_files.items()]
-    digest = hashlib.sha256(repr(plans).encode()).hexdigest()
-    return RankFiles(tensors, blobs, digest, total)
-
-
-def _rows(h: Held, piece: layout.Piece) -> torch.Tensor:
-    """The tensor of one planned piece: this rank's own rows, or a whole replicated tensor."""
-    if (piece.start, piece.stop) != (h.start, h.start + (h.data.shape[0] if h.data.ndim else 1)):
-        raise SaveError(f"{piece.name}: this rank holds rows from {h.start}, the plan wants "
-                        f"[{piece.start}, {piece.stop}); ranks disagree on the sharding")
-    return h.data
+        if agreed.optimizer_json is not None:
+            blobs.append((layout.OPTIMIZER_META, _json(agreed.optimizer_json)))
+    return RankFiles(tensors, blobs, plan.digest, total)
 
 
 def save(root: Path, step: int, snap: Snapshot, comm: Collectives, max_shard_bytes: int, io_threads: int,
          check: bool = True, spread: Spread | None = None) -> SaveResult:
     """Save synchronously, straight from the snapshot's tensors."""
-    files = rank_files(snap, comm.rank, comm.world_size, max_shard_bytes)
+    files = prepare(root, step, snap, comm, max_shard_bytes, spread)
     tmp = tmp_path(root, step)
     outs = [out_file(str(tmp / rel), [(n, _cpu_contiguous(t)) for n, t in named]) for rel, named in files.tensors]
-    return write_and_commit(root, step, files.plan, outs, files.blobs, comm, io_threads, check, spread)
+    return write_and_commit(root, step, files.plan, outs, files.blobs, comm, io_threads, check, spread,
+                            problem=files.problem)
 
 
 def write_and_commit(
     root: Path, step: int, plan: str, outs: list[OutFile], blobs: list[tuple[str, bytes]], comm: Collectives,
     io_threads: int, check: bool = True, spread: Spread | None = None, direct: bool = True,
-    written: Callable[[], None] | None = None,
+    written: Callable[[], None] | None = None, problem: str | None = None,
 ) -> SaveResult:
-    """Steps 1-4 above for this rank's files (`outs` live in `tmp_path(root, step)`); `spread`: the
-    ranks' nodes when `root` is this node's own directory (a node-local hot tier, the memory tier).
+    """Steps 2-4 above for this rank's files (`outs` live in `tmp_path(root, step)`, which `prepare`
+    made); `spread`: the ranks' nodes when `root` is this node's own directory (a node-local hot
+    tier, the memory tier).
 
     `check=False` skips rank 0's structural check before the marker (emergency saves short of time).
     `direct=False` writes through the page cache (`parallel_io.write_files`). `written()` is called
@@ -138,29 +153,8 @@ def write_and_commit(
     start = time.perf_counter()
     tmp = tmp_path(root, step)
     final = root / layout.step_dir_name(step)
-    leader = comm.rank == 0 if spread is None else spread.is_leader(comm.rank)
-    if leader:
-        root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / layout.RNG_DIR).mkdir(parents=True)
-    comm.barrier()
 
-    outcome: tuple[bool, object]
-    try:
-        with ThreadPoolExecutor(max_workers=1) as side:
-            # The small files' fsyncs (a journal commit each) overlap the shard files' writes.
-            small = side.submit(_write_blobs, tmp, blobs)
-            try:
-                digests = write_files(outs, io_threads, direct)
-            finally:
-                if written is not None:
-                    written()
-            entries = {os.path.relpath(o.path, tmp): FileEntry(d.nbytes, d.crc32, d.chunks)
-                       for o, d in zip(outs, digests)}
-            entries.update(small.result())
-        outcome = (True, entries)
-    except Exception as e:  # noqa: BLE001 - every rank must reach the all-gather, or the others hang
-        outcome = (False, f"rank {comm.rank}: {e.__class__.__name__}: {e}")
+    outcome = (False, problem) if problem else _write_mine(tmp, outs, blobs, io_threads, direct, written, comm.rank)
     results = comm.all_gather_object((plan, outcome))
     failures = [str(detail) for _, (ok, detail) in results if not ok]
     if len({p for p, _ in results}) > 1:
@@ -186,6 +180,26 @@ def write_and_commit(
             raise SaveError(error)
     nbytes = sum(e.nbytes for e in files.values())
     return SaveResult(final, nbytes, time.perf_counter() - start, replaced, manifest, tuple(by_rank))
+
+
+def _write_mine(tmp: Path, outs: list[OutFile], blobs: list[tuple[str, bytes]], io_threads: int, direct: bool,
+                written: Callable[[], None] | None, rank: int) -> tuple[bool, object]:
+    """Write this rank's files: (True, their entries) or (False, why not)."""
+    try:
+        with ThreadPoolExecutor(max_workers=1) as side:
+            # The small files' fsyncs (a journal commit each) overlap the shard files' writes.
+            small = side.submit(_write_blobs, tmp, blobs)
+            try:
+                digests = write_files(outs, io_threads, direct)
+            finally:
+                if written is not None:
+                    written()
+            entries = {os.path.relpath(o.path, tmp): FileEntry(d.nbytes, d.crc32, d.chunks)
+                       for o, d in zip(outs, digests)}
+            entries.update(small.result())
+        return True, entries
+    except Exception as e:  # noqa: BLE001 - every rank must reach the all-gather, or the others hang
+        return False, f"rank {rank}: {e.__class__.__name__}: {e}"
 
 
 def _write_blobs(tmp: Path, blobs: list[tuple[str, bytes]]) -> dict[str, FileEntry]:

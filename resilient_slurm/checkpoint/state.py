@@ -1,10 +1,12 @@
 """Training state as named tensors and JSON, and back: no pickle anywhere.
 
-A rank contributes *pieces*: its own rows of each sharded tensor (FSDP2 holds rows [start, stop) of
-dim 0 of every parameter and of its AdamW state, as DTensors), and whole tensors for what every rank
-holds alike (a plain model, AdamW's step count). Optimizer state is keyed by parameter name
-(`<param fqn>.<state key>`), not by position, so it survives a change of world size or parameter
-order. RNG states are JSON (the torch generator's byte state as base64).
+A rank contributes the *box* it holds of each tensor (global offsets and lengths per dimension):
+a DTensor's local shard, wherever its placements put it (FSDP2's Shard(0), tensor parallelism's
+Shard(d), Replicate, FSDP2 over TP's strided shard, on meshes of any dimension), and the whole
+tensor for a plain one (a plain model, AdamW's step count). With each box goes what lets any rank
+work out any holder's box (`plan.Entry`: the mesh and placements). Optimizer state is keyed by
+parameter name (`<param fqn>.<state key>`), not by position, so it survives a change of layout or
+parameter order. RNG states are JSON (the torch generator's byte state as base64).
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ import numpy as np
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.placement_types import Placement, _StridedShard
 
-from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint import chunks, layout
+from resilient_slurm.checkpoint.chunks import Box
+from resilient_slurm.checkpoint.plan import Mesh
 from resilient_slurm.checkpoint.safetensors_io import DTYPE_NAMES
 from resilient_slurm.checkpoint.train_state import TrainState
 
@@ -31,9 +36,19 @@ class Held:
     """What this rank holds of one tensor of the state."""
 
     data: torch.Tensor
-    """Its rows [start, start + rows) of dim 0 (all of it when not sharded); on any device."""
+    """Its box of the tensor (all of it for a plain tensor); on any device."""
     spec: layout.TensorSpec
-    start: int
+    box: Box
+    placed: tuple[Mesh, tuple[chunks.Placement, ...]] | None = None
+    """A DTensor's mesh and placements; None for a plain tensor."""
+
+
+@dataclass(frozen=True)
+class OptimizerGroup:
+    params: tuple[str, ...]
+    """Its parameters' names."""
+    hyper: dict[str, Any]
+    """Its hyper-parameters (lr, betas, ...), JSON."""
 
 
 @dataclass
@@ -44,7 +59,12 @@ class Snapshot:
     optimizer: dict[str, Held]
     rng: dict[str, Any]
     json_files: dict[str, Any] = field(default_factory=dict)
-    """Files rank 0 writes (train_state.json, scheduler.json, optimizer.json), by name."""
+    """Files rank 0 writes (train_state.json, scheduler.json), by name."""
+    groups: tuple[OptimizerGroup, ...] = ()
+    """This rank's optimizer's param groups: optimizer.json is made of every rank's (ranks of
+    different pipeline stages hold different parameters)."""
+    optimizer_type: str | None = None
+    """The optimizer's class name; None: no optimizer (no optimizer.json)."""
 
 
 def capture_snapshot(model: nn.Module, optimizer: torch.optim.Optimizer | None,
@@ -55,47 +75,92 @@ def capture_snapshot(model: nn.Module, optimizer: torch.optim.Optimizer | None,
     json_files: dict[str, Any] = {layout.TRAIN_STATE: train_state.to_json()}
     if scheduler is not None:
         json_files[layout.SCHEDULER] = scheduler.state_dict()
-    if optimizer is not None:
-        json_files[layout.OPTIMIZER_META] = optimizer_meta(optimizer, names)
     return Snapshot(
         model=model_tensors(model),
         optimizer=optimizer_tensors(optimizer, names) if optimizer is not None else {},
         rng=capture_rng(),
         json_files=json_files,
+        groups=optimizer_groups(optimizer, names) if optimizer is not None else (),
+        optimizer_type=type(optimizer).__name__ if optimizer is not None else None,
     )
 
 
-def local_rows(t: torch.Tensor, local: torch.Tensor | None = None) -> tuple[int, int]:
-    """The rows [start, stop) of the global tensor this rank holds: all of them for a plain tensor.
-    `local`: the DTensor's local tensor, when the caller has it already."""
+def local_box(t: torch.Tensor, local: torch.Tensor | None = None) -> Box:
+    """The box of the global tensor this rank holds: all of it for a plain tensor. `local`: the
+    DTensor's local tensor, when the caller has it already. ValueError for a placement no box
+    describes (Partial, a strided shard after a plain one)."""
     if not isinstance(t, DTensor):
-        return 0, t.shape[0] if t.ndim else 1
-    if t.placements != (Shard(0),):
-        raise ValueError(f"unsupported placement {t.placements}: checkpoints save FSDP2's Shard(0) only")
-    start, stop = layout.shard_rows(t.shape[0], *_mesh_position(t.device_mesh))
-    rows = (t.to_local() if local is None else local).shape[0]
-    if rows != stop - start:
-        raise ValueError(f"FSDP2 holds {rows} rows of a {t.shape[0]}-row tensor here, not "
-                         f"{stop - start}: its sharding rule changed, so checkpoints would be wrong")
-    return start, stop
+        return chunks.whole(tuple(t.shape))
+    return _dtensor(t, local)[0]
+
+
+def local_rows(t: torch.Tensor, local: torch.Tensor | None = None) -> tuple[int, int]:
+    """The rows [start, stop) of the global tensor this rank holds, for a tensor cut along dim 0
+    only (FSDP2's Shard(0)): all of them for a plain tensor; ValueError for other cuts."""
+    box = local_box(t, local)
+    if not box.lengths:
+        return 0, 1
+    if box.lengths[1:] != tuple(t.shape[1:]):
+        raise ValueError(f"this rank holds {box.describe()} of a {list(t.shape)} tensor: not whole rows")
+    return box.offsets[0], box.offsets[0] + box.lengths[0]
+
+
+def _dtensor(t: DTensor, local: torch.Tensor | None) -> tuple[Box, Mesh, tuple[chunks.Placement, ...]]:
+    mesh, coord = _mesh(t.device_mesh)
+    placements = _placements(t.placements)
+    box = _box(tuple(t.shape), mesh, coord, placements)
+    held_shape = tuple((t.to_local() if local is None else local).shape)
+    if held_shape != box.lengths:
+        raise ValueError(f"this rank holds a {list(held_shape)} piece of a {list(t.shape)} tensor placed "
+                         f"{t.placements}, not the {list(box.lengths)} its placements give: checkpoints would be wrong")
+    return box, mesh, placements
 
 
 @lru_cache(maxsize=16)
-def _mesh_position(mesh: DeviceMesh) -> tuple[int, int]:
-    """(size, this rank's index) of a 1-D mesh: fixed for the mesh's life, and 30 us to ask."""
-    return mesh.size(), mesh.get_local_rank()
+def _mesh(mesh: DeviceMesh) -> tuple[Mesh, tuple[int, ...]]:
+    """The mesh as plain ranks, and this rank's coordinate: fixed for the mesh's life (and slow to ask)."""
+    coord = mesh.get_coordinate()
+    if coord is None:
+        raise ValueError("a DTensor on a mesh this rank is not part of")
+    return Mesh(tuple(mesh.shape), tuple(mesh.mesh.flatten().tolist())), tuple(coord)
+
+
+@lru_cache(maxsize=256)
+def _placements(placements: tuple[Placement, ...]) -> tuple[chunks.Placement, ...]:
+    out: list[chunks.Placement] = []
+    for p in placements:
+        if isinstance(p, _StridedShard):
+            out.append(("SS", p.dim, p.split_factor))
+        elif isinstance(p, Shard):
+            out.append(("S", p.dim))
+        elif isinstance(p, Replicate):
+            out.append(("R",))
+        else:
+            raise ValueError(f"unsupported placement {p}: checkpoints save Shard, Replicate and FSDP2's strided "
+                             f"shard (a Partial tensor is a pending reduction; reduce it first)")
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def _box(shape: tuple[int, ...], mesh: Mesh, coord: tuple[int, ...], placements: tuple[chunks.Placement, ...]) -> Box:
+    try:
+        return chunks.shard_box(shape, mesh.shape, coord, placements)
+    except chunks.ChunkError as e:
+        raise ValueError(str(e)) from None
 
 
 def held(t: torch.Tensor, name: str) -> Held:
-    """`t` (a DTensor or a plain tensor) as this rank's piece of the tensor `name`.
+    """`t` (a DTensor or a plain tensor) as this rank's box of the tensor `name`.
 
     Every save calls this for every tensor of the state, in the loop's time: outside autograd and
-    asking the DTensor once, it costs 20 us a tensor instead of 330 (measured on a 142M model)."""
+    asking the DTensor once (its mesh and placements cached), it stays at tens of microseconds."""
     with torch.no_grad():
         local = (t.to_local() if isinstance(t, DTensor) else t).detach()
-    start, _ = local_rows(t, local)
-    spec = layout.TensorSpec(name, tuple(t.shape), DTYPE_NAMES[t.dtype], local.element_size(), isinstance(t, DTensor))
-    return Held(local, spec, start)
+    spec = layout.TensorSpec(name, tuple(t.shape), DTYPE_NAMES[t.dtype], local.element_size())
+    if not isinstance(t, DTensor):
+        return Held(local, spec, chunks.whole(spec.shape))
+    box, mesh, placements = _dtensor(t, local)
+    return Held(local, spec, box, (mesh, placements))
 
 
 def model_tensors(model: nn.Module) -> dict[str, Held]:
@@ -130,12 +195,10 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter
     return out
 
 
-def optimizer_meta(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> dict[str, Any]:
-    groups = []
-    for group in optimizer.param_groups:
-        hyper = {k: (list(v) if isinstance(v, tuple) else v) for k, v in group.items() if k != "params"}
-        groups.append({"params": [names[p] for p in group["params"]], **hyper})
-    return {"type": type(optimizer).__name__, "param_groups": groups}
+def optimizer_groups(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> tuple[OptimizerGroup, ...]:
+    return tuple(OptimizerGroup(tuple(names[p] for p in group["params"]),
+                                {k: (list(v) if isinstance(v, tuple) else v) for k, v in group.items() if k != "params"})
+                 for group in optimizer.param_groups)
 
 
 def restore_optimizer(
@@ -144,17 +207,27 @@ def restore_optimizer(
     meta: dict[str, Any],
     tensors: dict[str, torch.Tensor],
 ) -> None:
-    """Install loaded state (this rank's rows of each tensor); the group layout must match the
-    current model's. State shaped like its parameter is sharded like it."""
+    """Install loaded state (this rank's box of each tensor). optimizer.json's groups are every
+    rank's (another layout may have cut them differently: pipeline stages): each group of this
+    optimizer takes the hyper-parameters of the saved groups its parameters were in, which must
+    agree. State shaped like its parameter is placed like it."""
     by_name = {name: p for p, name in names.items()}
-    if meta.get("type") != type(optimizer).__name__ or len(meta["param_groups"]) != len(optimizer.param_groups):
-        raise ValueError("optimizer.json does not match this optimizer (type or number of groups)")
-    for group, saved in zip(optimizer.param_groups, meta["param_groups"]):
-        if [names[p] for p in group["params"]] != saved["params"]:
-            raise ValueError("optimizer.json lists different parameters than this model has")
-        for key, value in saved.items():
-            if key != "params":
-                group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
+    if meta.get("type") != type(optimizer).__name__:
+        raise ValueError(f"optimizer.json is for {meta.get('type')}, not this {type(optimizer).__name__}")
+    saved_in = {name: i for i, g in enumerate(meta["param_groups"]) for name in g["params"]}
+    for group in optimizer.param_groups:
+        found = set()
+        for p in group["params"]:
+            if names[p] not in saved_in:
+                raise ValueError(f"optimizer.json has no param group with {names[p]}: this model has parameters "
+                                 f"the saved optimizer did not")
+            found.add(saved_in[names[p]])
+        hypers = [{k: v for k, v in meta["param_groups"][i].items() if k != "params"} for i in sorted(found)]
+        if any(h != hypers[0] for h in hypers[1:]):
+            raise ValueError(f"optimizer.json: the parameters of one group here were in groups with different "
+                             f"hyper-parameters: {hypers[0]} and {next(h for h in hypers if h != hypers[0])}")
+        for key, value in (hypers[0] if hypers else {}).items():
+            group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
     optimizer.state.clear()
     for full_name, tensor in tensors.items():
         pname, key = full_name.rsplit(".", 1)
@@ -166,6 +239,11 @@ def restore_optimizer(
         if isinstance(p, DTensor) and tensor.ndim:
             value = DTensor.from_local(value, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
         optimizer.state[p][key] = value
+
+
+def optimizer_meta(plan_groups: list[tuple[tuple[str, ...], dict[str, Any]]], optimizer_type: str) -> dict[str, Any]:
+    """optimizer.json: the type and every distinct param group of the ranks."""
+    return {"type": optimizer_type, "param_groups": [{"params": list(params), **hyper} for params, hyper in plan_groups]}
 
 
 def capture_rng() -> dict[str, Any]:

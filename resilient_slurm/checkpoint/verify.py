@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.chunks import tiling_gap
 from resilient_slurm.checkpoint.manifest import (
     Manifest,
     ManifestError,
@@ -99,28 +100,25 @@ def _check_structure(path: Path, manifest: Manifest) -> str | None:
 
 
 def _check_pieces(index_name: str, index: object, headers: dict[str, Header]) -> str | None:
-    """Every tensor of a shards index is covered by its pieces, row by row, exactly once, and each
-    piece is in its file with the shape and dtype the index says."""
+    """Every tensor of a shards index is tiled by its chunks, each element exactly once, and each
+    chunk is in its file with the shape and dtype the index says."""
     try:
         tensors = index["tensors"]  # type: ignore[index]
         for name, t in tensors.items():
-            shape, dtype = tuple(t["shape"]), DTYPES[t["dtype"]]
-            rows = shape[0] if shape else 1
-            covered = 0
-            for rel, start, stop in sorted(t["pieces"], key=lambda p: p[1]):
+            shape, dtype = tuple(int(d) for d in t["shape"]), DTYPES[t["dtype"]]
+            boxes = []
+            for rel, box in layout.index_chunks(t):
                 if not is_safe_relative(rel):
                     return f"{index_name} entry {rel!r} names a path outside the directory"
                 if rel not in headers:
                     return f"{index_name} names {rel}, which is not in the manifest"
-                if start != covered or stop <= start:
-                    return f"{index_name}: the pieces of {name} do not cover its rows once each"
                 info = headers[rel].tensors.get(name)
-                expect = ((stop - start, *shape[1:]) if shape else ())
-                if info is None or info.dtype != dtype or info.shape != expect:
-                    return f"{rel} does not hold rows {start}..{stop} of {name} as {index_name} says"
-                covered = stop
-            if covered != rows:
-                return f"{index_name}: the pieces of {name} cover {covered} of its {rows} rows"
+                if info is None or info.dtype != dtype or info.shape != box.lengths:
+                    return f"{rel} does not hold {box.describe()} of {name} as {index_name} says"
+                boxes.append(box)
+            gap = tiling_gap(shape, boxes)
+            if gap:
+                return f"{index_name}: the chunks of {name} do not tile it: {gap}"
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         return f"{index_name} is malformed ({e.__class__.__name__}: {e})"
     return None

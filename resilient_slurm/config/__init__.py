@@ -20,6 +20,7 @@ Modules, one per section, then the whole:
     harness     eval.harness.*: lm-evaluation-harness benchmarks beside training        [pure]
     faults      fault.*: injection for tests and drills                                 [pure]
     sweep       sweep.*: hyperparameter search                                          [pure]
+    parallel    parallel.*: the degrees of HSDP x TP x PP, and the resolved Layout       [pure]
     schema      Config (every section), placement keys, cross-section checks            [pure]
     overrides   command-line overrides checked against the schema and conf/'s groups    [pure]
     compose     Hydra's composed config → typed Config; the schema Hydra starts from
@@ -51,13 +52,14 @@ from resilient_slurm.config.harness import HarnessConfig
 from resilient_slurm.config.model import DTYPES, FAMILIES, LORA_TARGETS, LoRAConfig, ModelConfig
 from resilient_slurm.config.monitor import FINDINGS, HealthConfig, MonitorConfig
 from resilient_slurm.config.run import RunConfig
-from resilient_slurm.config.schema import PLACEMENT_PREFIXES, Config, train_steps, validate
+from resilient_slurm.config.parallel import MESH_DIMS, PP_SCHEDULES, Coords, Layout, ParallelConfig
+from resilient_slurm.config.schema import PLACEMENT_PREFIXES, Config, layout, train_steps, validate
 from resilient_slurm.config.sweep import PRUNERS, SAMPLERS, SCHEDULERS, SweepConfig
 from resilient_slurm.config.tracking import TRACKING_BACKENDS, TRACKING_MODES, EvalConfig, TrackingConfig
 from resilient_slurm.config.train import OptimConfig, TrainConfig
 
 __all__ = [
-    "DTYPES", "FAMILIES", "FINDINGS", "LORA_TARGETS", "LOSS_MODES", "PLACEMENT_PREFIXES", "PRUNERS", "SAMPLERS", "SCHEDULERS",
+    "DTYPES", "FAMILIES", "MESH_DIMS", "PP_SCHEDULES", "Coords", "Layout", "ParallelConfig", "layout", "FINDINGS", "LORA_TARGETS", "LOSS_MODES", "PLACEMENT_PREFIXES", "PRUNERS", "SAMPLERS", "SCHEDULERS",
     "TRACKING_BACKENDS",
     "TRACKING_MODES", "Adjustment", "CheckpointConfig", "ClusterConfig", "ColdTierConfig", "Config", "ConfigError",
     "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "HarnessConfig", "HealthConfig", "LoRAConfig", "MemoryTierConfig", "ModelConfig",

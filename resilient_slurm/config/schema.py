@@ -12,6 +12,7 @@ from resilient_slurm.config.data import DataConfig
 from resilient_slurm.config.faults import FaultConfig
 from resilient_slurm.config.model import ModelConfig
 from resilient_slurm.config.monitor import HealthConfig, MonitorConfig
+from resilient_slurm.config.parallel import Layout, ParallelConfig, resolve
 from resilient_slurm.config.run import RunConfig
 from resilient_slurm.config.sweep import SweepConfig
 from resilient_slurm.config.tracking import EvalConfig, TrackingConfig
@@ -27,6 +28,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -71,10 +73,12 @@ def validate(cfg: Config) -> list[str]:
     p.need(bool(d.tokenizer or model_dir) or bool({"model.pretrained", "model.config"} & set(cfg.run.require)),
            "data.tokenizer: empty and model.pretrained is not set; set one of them to a Hugging Face directory "
            "with tokenizer.json and a chat template")
-    per_step = d.micro_batch_size * world_size(cfg.cluster)
-    p.need(d.global_batch_size % max(per_step, 1) == 0,
-           f"data.global_batch_size: {d.global_batch_size} is not a multiple of micro_batch_size*ranks="
-           f"{per_step}; change one of them")
+    p.extend_new(cfg.parallel.problems())
+    laid_out = layout(cfg) if not p else None
+    if isinstance(laid_out, str):
+        p.need(False, laid_out)
+    elif laid_out is not None:
+        p.extend_new(layout_problems(cfg, laid_out))
     p.extend_new(o.problems())
     steps = train_steps(cfg)
     p.need(0 <= o.warmup_steps < max(steps, 1) or steps == 0,
@@ -98,6 +102,48 @@ def train_steps(cfg: Config) -> int:
     if t.max_tokens <= 0:
         return t.max_steps
     return -(-t.max_tokens // max(d.global_batch_size * d.seq_len, 1))
+
+
+def layout(cfg: Config) -> Layout | str:
+    """The run's parallel layout at its configured world size, or the one-line problem with it."""
+    return resolve(cfg.parallel, world_size(cfg.cluster))
+
+
+def ranks_per_node(cluster: ClusterConfig) -> int:
+    return cluster.ranks if cluster.kind == "local" else cluster.tasks_per_node
+
+
+def layout_problems(cfg: Config, lay: Layout) -> list[str]:
+    """What the model, the data and the nodes must allow of a layout: TP inside a node and dividing
+    the heads (GQA with fewer KV heads than TP ranks is refused, as torchtitan does: replicating KV
+    heads would change the checkpoint's shapes per TP degree), the sequence split by sequence
+    parallelism, a stage per layer at least, whole micro-batches for every data-parallel group."""
+    m, d, par = cfg.model, cfg.data, cfg.parallel
+    p = Problems()
+    node = ranks_per_node(cfg.cluster)
+    p.need(node % lay.tp == 0,
+           f"parallel.tp: {lay.tp} does not fit inside a node of {node} rank(s): tensor parallelism exchanges "
+           f"activations every layer and must stay on a node's links; use a tp that divides {node}")
+    p.need(m.num_heads % lay.tp == 0 and m.num_kv_heads % lay.tp == 0,
+           f"parallel.tp: {lay.tp} does not divide the model's {m.num_heads} attention heads and {m.num_kv_heads} "
+           f"key/value heads; use a tp that divides both (at most {m.num_kv_heads})")
+    p.need(d.seq_len % lay.tp == 0,
+           f"parallel.tp: {lay.tp} does not divide data.seq_len={d.seq_len} (sequence parallelism splits each "
+           f"sequence over the TP ranks); use a seq_len that tp divides")
+    stages = lay.pp * par.stages_per_rank
+    p.need(stages <= m.num_layers,
+           f"parallel.pp: {stages} pipeline stage(s) for {m.num_layers} layer(s); every stage needs a layer: "
+           f"lower parallel.pp{' or parallel.pp_virtual_stages' if par.stages_per_rank > 1 else ''}")
+    per_step = d.micro_batch_size * lay.dp
+    p.need(d.global_batch_size % max(per_step, 1) == 0,
+           f"data.global_batch_size: {d.global_batch_size} is not a multiple of micro_batch_size*data-parallel "
+           f"ranks={d.micro_batch_size}*{lay.dp}={per_step}; change one of them")
+    micro_batches = d.global_batch_size // max(per_step, 1)
+    p.need(lay.pp == 1 or micro_batches >= lay.pp,
+           f"parallel.pp: {lay.pp} stages need at least {lay.pp} micro-batches per step, and a step has "
+           f"{micro_batches} (global_batch_size / (micro_batch_size * {lay.dp} data-parallel ranks)); raise "
+           f"data.global_batch_size or lower data.micro_batch_size")
+    return p
 
 
 def budget(t: TrainConfig, steps: int) -> str:

@@ -28,15 +28,17 @@ INPUT_ERRORS = (DataFormatError, DataChangedError, TemplateRenderError, Tokenize
                 FileNotFoundError)
 
 
-def open_pipeline(cfg: Config, run_dir: Path, comm: Comm) -> ChatPipeline | TokenPipeline:
-    """The run's data and its sampler for this rank: chat rows, or a token mixture (data.kind=tokens)."""
+def open_pipeline(cfg: Config, run_dir: Path, comm: Comm, dp_rank: int, dp_size: int) -> ChatPipeline | TokenPipeline:
+    """The run's data and its sampler for this rank: chat rows, or a token mixture (data.kind=tokens).
+    The sampler hands out the rows of data-parallel group `dp_rank` of `dp_size`: the tensor and
+    pipeline ranks of one group read the same rows, so a layout change does not change the data."""
     if cfg.data.kind == "tokens":
         try:
             tokens = open_token_data(cfg, run_dir, comm.rank)
         except TokenDataError as e:
             raise InputError(str(e)) from None
-        return TokenPipeline(cfg, tokens, comm.rank, comm.world_size)
-    return ChatPipeline(cfg, open_data(cfg, run_dir, comm), comm.rank, comm.world_size)
+        return TokenPipeline(cfg, tokens, dp_rank, dp_size)
+    return ChatPipeline(cfg, open_data(cfg, run_dir, comm), dp_rank, dp_size)
 
 
 def open_data(cfg: Config, run_dir: Path, comm: Comm) -> ChatData:

@@ -68,7 +68,7 @@ def merged_reader(cfg: Config, adapter_names: Sequence[str], read_adapter: Read,
 
 
 def _base_reader(cfg: Config) -> Callable[[str, tuple[int, ...]], torch.Tensor]:
-    """A base weight whole, rounded as the run held it (runtime/parallel.py): from the pretrained
+    """A base weight whole, rounded as the run held it (parallel/fsdp.py): from the pretrained
     files, or the seeded random initialisation."""
     if not cfg.model.pretrained:
         return lambda name, shape: init_value(name, shape, cfg.model, cfg.train.seed).to(BASE_DTYPE)

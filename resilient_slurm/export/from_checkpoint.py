@@ -1,7 +1,7 @@
 """A checkpoint of the project written out for its users, streaming: a Hugging Face model directory,
 or for a LoRA run a PEFT adapter directory (or, with `merge`, the model with its adapters merged in).
 
-Each tensor is read whole from the pieces the ranks saved (only its byte ranges, each chunk checked
+Each tensor is read whole from the chunks the ranks saved (only its byte ranges, each chunk checked
 against the manifest), converted, and written; memory stays within one output shard (`hf_writer`).
 The run's config says what the model is (its dimensions, its base directory, its tokenizer): the
 export copies the base's files and the tokenizer the run trained with. A merge reads the base model
@@ -19,6 +19,7 @@ import torch
 
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.chunks import whole
 from resilient_slurm.checkpoint.reader import Reader, read_json, saved_tensors
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.config import Config
@@ -56,7 +57,7 @@ def export_checkpoint(ckpt: Path, out: Path, cfg: Config, dtype: torch.dtype | N
         tensor = saved[name]
         dest = torch.empty(tensor.shape, dtype=tensor.dtype)
         reader = Reader(ckpt, manifest, io_threads)
-        reader.add(name, tensor, dest, 0)
+        reader.add(name, tensor, dest, whole(tensor.shape))
         reader.run()
         return dest
 

@@ -10,7 +10,7 @@ document and `document_ids` keep attention inside a document (a block-diagonal c
 packed documents train exactly as they would one per row.
 
 Parameters are created in float32: they are the master weights (FSDP2 casts a bf16 copy for compute,
-see runtime/parallel.py). Rotary tables are computed from `position_ids` on every call (a few
+see parallel/fsdp.py). Rotary tables are computed from `position_ids` on every call (a few
 thousand multiplications), so the module has no buffers to rebuild after it is built on the meta
 device.
 """
@@ -23,6 +23,7 @@ import zlib
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
 from resilient_slurm.config import ModelConfig
@@ -87,12 +88,13 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim)
+        # -1 heads: under tensor parallelism a rank's projections hold its own heads only.
+        q = self.q_proj(x).view(b, s, -1, self.head_dim)
+        k = self.k_proj(x).view(b, s, -1, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         if self.num_kv_heads != self.num_heads:
@@ -195,7 +197,7 @@ def init_value(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int) -
 @torch.no_grad()
 def plain_model(cfg: ModelConfig, seed: int) -> LlamaForCausalLM:
     """The model unsharded, with its random initial values: for code without a process group
-    (benchmarks, tests); training builds it sharded (runtime/parallel.py) from the same values."""
+    (benchmarks, tests); training builds it sharded (parallel/fsdp.py) from the same values."""
     model = LlamaForCausalLM(cfg)
     for name, p in model.named_parameters():
         p.copy_(init_value(name, tuple(p.shape), cfg, seed))
@@ -203,11 +205,17 @@ def plain_model(cfg: ModelConfig, seed: int) -> LlamaForCausalLM:
 
 
 def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed cross-entropy over target positions (IGNORE_INDEX positions, e.g. prompts, excluded)."""
-    return F.cross_entropy(
+    """Summed cross-entropy over target positions (IGNORE_INDEX positions, e.g. prompts, excluded).
+
+    Vocabulary-parallel logits (a DTensor sharded on the vocabulary: tensor parallelism's head)
+    must come under `torch.distributed.tensor.parallel.loss_parallel()`, their backward too: each
+    rank then computes from its slice of the vocabulary, and the whole logits are never gathered.
+    The sum is the same on every TP rank; it is returned as a plain tensor."""
+    loss = F.cross_entropy(
         logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
         ignore_index=IGNORE_INDEX, reduction="sum",
     )
+    return loss.to_local() if isinstance(loss, DTensor) else loss
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -35,7 +35,7 @@ from resilient_slurm.config import LoRAConfig
 
 ADAPTER_MARKERS = (".lora_A.", ".lora_B.")
 BASE_DTYPE = torch.bfloat16
-"""How the frozen base is held under LoRA (runtime/parallel.py): it never updates, so it needs no
+"""How the frozen base is held under LoRA (parallel/fsdp.py): it never updates, so it needs no
 float32 master copy."""
 
 

@@ -201,6 +201,19 @@ class HFWeights:
         if buffer is not out:
             out.copy_(buffer)
 
+    def read_box(self, name: str, offset: Sequence[int], out: torch.Tensor) -> None:
+        """The box of tensor `name` starting at `offset` (one index per dim) with `out`'s shape, into
+        `out` (a CPU tensor): its rows read with one pread, then the other dims cut from them."""
+        rows = slice(offset[0], offset[0] + out.shape[0]) if out.ndim else slice(0, 1)
+        rest = tuple(slice(o, o + n) for o, n in zip(offset[1:], out.shape[1:]))
+        whole = self.shape(name)
+        if tuple(out.shape[1:]) == tuple(whole[1:]) and out.is_contiguous():
+            self.read_rows(name, rows.start, rows.stop, out)
+            return
+        held = torch.empty((rows.stop - rows.start, *whole[1:]), dtype=out.dtype)
+        self.read_rows(name, rows.start, rows.stop, held)
+        out.copy_(held[(slice(None),) + rest])
+
     def _file(self, name: str) -> str:
         file = self.file_of.get(name)
         if file is None:

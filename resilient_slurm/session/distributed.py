@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,7 @@ class Comm:
             self.backend, store=store, rank=info.rank, world_size=info.world_size,
             timeout=timedelta(seconds=timeout_s),
         )
-        self.mesh = init_device_mesh(self.device.type, (self.world_size,))
-        """The mesh FSDP2 shards over: all ranks, on this rank's device type."""
+        self._mesh: DeviceMesh | None = None
         self.host_group = dist.new_group(backend="gloo") if self.distributed and self.backend != "gloo" else None
         """Host-side collectives beside NCCL (None: the default group is gloo already)."""
         self._owned = True
@@ -96,11 +95,20 @@ class Comm:
         self.node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         self.backend = str(dist.get_backend())
         self.device = torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
-        self.mesh = init_device_mesh(self.device.type, (self.world_size,))
+        self._mesh = None
         self.host_group = dist.new_group(backend="gloo") if self.distributed and self.backend != "gloo" else None
         self._owned = False
         self.setup_s = 0.0
         return self
+
+    @property
+    def mesh(self) -> DeviceMesh:
+        """A 1-D mesh over every rank, on this rank's device type, made on first use (every rank
+        must ask at the same point: making it is collective). The built-in trainer shards over its
+        layout's mesh instead (parallel/mesh.py)."""
+        if self._mesh is None:
+            self._mesh = init_device_mesh(self.device.type, (self.world_size,))
+        return self._mesh
 
     @property
     def distributed(self) -> bool:

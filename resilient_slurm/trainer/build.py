@@ -17,26 +17,30 @@ from torch import nn
 
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
-from resilient_slurm.model import parallel
+from resilient_slurm.parallel import fsdp
 from resilient_slurm.errors import InputError
 from resilient_slurm.session.distributed import Comm
+from resilient_slurm.parallel.mesh import ParallelMesh
 from resilient_slurm.data.open import INPUT_ERRORS
 from resilient_slurm.model.decoder import LlamaForCausalLM
 from resilient_slurm.model.pretrained import HFWeights, expected_shapes, identity
 
 
-def build_model(cfg: Config, comm: Comm) -> LlamaForCausalLM:
-    """The model sharded over the run's ranks, with its initial weights."""
-    model = parallel.build_model(cfg.model, comm.mesh, comm.device)
+def build_model(cfg: Config, comm: Comm, mesh: ParallelMesh | None = None) -> LlamaForCausalLM:
+    """The model laid out over the run's mesh (None: FSDP2 over every rank), with its initial weights."""
+    if mesh is None:
+        model = fsdp.build_model(cfg.model, comm.mesh, comm.device)
+    else:
+        model = fsdp.build_model(cfg.model, mesh.dp, comm.device, tp=mesh.tp)
     fill_initial(model, cfg)
     return model
 
 
 def fill_initial(model: nn.Module, cfg: Config) -> None:
-    """(Re)write this rank's shards with the initial weights: the pretrained ones, read row range
-    by row range from their files, or the seeded random ones; LoRA adapters from their seed."""
+    """(Re)write this rank's shards with the initial weights: the pretrained ones, read box by box
+    (the box's rows) from their files, or the seeded random ones; LoRA adapters from their seed."""
     if not cfg.model.pretrained:
-        parallel.fill_random(model, cfg.model, cfg.train.seed)
+        fsdp.fill_random(model, cfg.model, cfg.train.seed)
         return
     try:
         weights = HFWeights(cfg.model.pretrained)
@@ -44,15 +48,15 @@ def fill_initial(model: nn.Module, cfg: Config) -> None:
     except INPUT_ERRORS as e:
         raise InputError(str(e)) from None
 
-    def rows_of(name: str, shape: tuple[int, ...], start: int, stop: int, out: torch.Tensor) -> None:
+    def box_of(name: str, shape: tuple[int, ...], offset: tuple[int, ...], out: torch.Tensor) -> None:
         if out.device.type == "cpu":
-            weights.read_rows(name, start, stop, out)
+            weights.read_box(name, offset, out)
         else:  # the file's bytes land in host memory first
             host = torch.empty(out.shape, dtype=out.dtype)
-            weights.read_rows(name, start, stop, host)
+            weights.read_box(name, offset, host)
             out.copy_(host)
 
-    parallel.fill(model, parallel.with_adapters(rows_of, cfg.train.seed))
+    fsdp.fill(model, fsdp.with_adapters(box_of, cfg.train.seed))
 
 
 def base_model(cfg: Config) -> dict[str, Any] | None:

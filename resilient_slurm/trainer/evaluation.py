@@ -12,24 +12,31 @@ compares it with the reference, token for token, through its end-of-turn token. 
 recomputes the whole sequence for each new token (the model has no KV cache): cheap for short
 answers, quadratic for long ones, so keep the sample count small on big recipes.
 
-The model is sharded (FSDP2), so every rank must run every forward together: the work is split
-round-robin over the ranks and each rank runs the same number of batches and decoding steps,
-padding with rows that count for nothing. Evaluation is read-only: it runs under
+The model is sharded (FSDP2, and tensor parallelism), so every rank must run every forward
+together: the work is split round-robin over the data-parallel groups (the TP ranks of a group run
+the same rows, and their sums count once) and each rank runs the same number of batches and
+decoding steps, padding with rows that count for nothing. Under tensor parallelism the loss is
+taken from the vocabulary-sharded logits (`loss_parallel`), a decoded token from the last
+position's logits gathered whole, and the rows a prompt is decoded in are left-padded to a
+multiple of the TP degree (sequence parallelism splits them evenly). Evaluation is read-only: it runs under
 `torch.inference_mode`, draws no random numbers and leaves no state behind, so a run that
 evaluates is bit-identical to one that does not, and its resume stays exact.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
 
 from resilient_slurm.config import Config, train_steps
 from resilient_slurm.console import progress
@@ -38,6 +45,7 @@ from resilient_slurm.data.batches import Batch
 from resilient_slurm.data.chat.dataset import ChatData, EvalSample
 from resilient_slurm.data.tokens.token_data import TokenData
 from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
+from resilient_slurm.parallel.mesh import MeshPosition
 
 
 @dataclass(frozen=True)
@@ -53,9 +61,10 @@ class TaskMetric(Protocol):
     """Key of the metric in metrics.jsonl and wandb."""
 
     def judge(self, model: nn.Module, samples: list[EvalSample | None], device: torch.device,
-              decode: Decode) -> list[Prediction]:
+              decode: Decode, multiple: int = 1) -> list[Prediction]:
         """One prediction per real sample, in order (None stands for a padding sample this rank runs
-        so that every rank runs the same forwards; it gets no prediction)."""
+        so that every rank runs the same forwards; it gets no prediction). `multiple`: the model
+        takes sequences of a multiple of this length (the TP degree)."""
 
 
 class Decode(Protocol):
@@ -76,16 +85,19 @@ class EvalResult:
 class Evaluator:
     def __init__(self, cfg: Config, model: nn.Module, comm: Comm, data: ChatData | TokenData,
                  batch_size: int | None = None, metrics: Sequence[TaskMetric] | None = None,
-                 documents: bool = True) -> None:
+                 documents: bool = True, place: MeshPosition | None = None) -> None:
         """`batch_size`: rows per forward; None: data.micro_batch_size (the run passes the one it
         trains at, which a lack of device memory may have lowered). `documents`: as the trainer's
-        StepRunner (False: each row is one causal sequence)."""
+        StepRunner (False: each row is one causal sequence). `place`: this rank in the run's layout
+        (None: every rank a data-parallel rank of its own)."""
         self.every = cfg.eval.every_steps
         self.max_steps = train_steps(cfg)
         self.batch = batch_size or cfg.data.micro_batch_size
         self.show = cfg.eval.predictions
         self.model, self.comm, self.data, self.documents = model, comm, data, documents
-        w, r = comm.world_size, comm.rank
+        w, r = (place.dp_size, place.dp_rank) if place is not None else (comm.world_size, comm.rank)
+        self.counts = place.counts_data if place is not None else True
+        self.tp = place.layout.tp if place is not None else 1
         # Named splits: a token mixture's, one per source; the chat data's one, unnamed.
         self.splits = data.val if isinstance(data, TokenData) else {"": data.val}
         if not any(rows.num_rows for rows in self.splits.values()):
@@ -106,7 +118,6 @@ class Evaluator:
     def run(self, step: int | None = None) -> EvalResult:
         start = time.perf_counter()
         self.model.eval()
-        sums: list[float] = []
         data = self.data
         chunks = range(0, len(self.samples), self.batch) if isinstance(data, ChatData) else range(0)
         # Rank 0's share stands for every rank's: they run the same number of batches.
@@ -114,23 +125,14 @@ class Evaluator:
         bar = progress(batches + len(chunks) * len(self.metrics),
                        "evaluating" + (f" at step {step}" if step is not None else ""), unit="batch",
                        enabled=self.comm.rank == 0, leave=False)
-        for name, val_rows in self.val_rows.items():
-            loss_sum, tokens = 0.0, 0.0
-            for i in range(0, len(val_rows), self.batch):
-                rows = val_rows[i : i + self.batch]
-                b = self.splits[name].batch([row if row is not None else 0 for row in rows]).to(self.comm.device)
-                labels = _mask_padding(b, rows)
-                logits = self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None)
-                loss_sum += float(token_loss_sum(logits, labels))
-                tokens += float((labels != IGNORE_INDEX).sum())
-                bar.update()
-            sums += [loss_sum, tokens]
+        with loss_parallel() if self.tp > 1 else contextlib.nullcontext():
+            sums = self._val_sums(bar)
         judged: dict[str, list[Prediction]] = {m.name: [] for m in self.metrics}
         if isinstance(data, ChatData):
             for m in self.metrics:
                 for i in chunks:  # a batch of samples at a time, as judge would cut them: the same forwards
                     judged[m.name] += m.judge(self.model, self.samples[i : i + self.batch], self.comm.device,
-                                              data.decode)
+                                              data.decode, self.tp)
                     bar.update()
         bar.close()
         # FSDP2 keeps the root's parameters gathered after a forward without a backward: shard them
@@ -139,7 +141,7 @@ class Evaluator:
             self.model.reshard()
         counts = [float(sum(p.correct for p in judged[m.name])) for m in self.metrics]
         real = float(sum(s is not None for s in self.samples))
-        totals = self.comm.sum_floats([*sums, real, *counts])
+        totals = self.comm.sum_floats([v * self.counts for v in (*sums, real, *counts)])
         n = len(sums)
         losses = {name: totals[2 * i] / max(totals[2 * i + 1], 1.0) for i, name in enumerate(self.splits)}
         per_source = {f"{key}/{name}": value for name, loss in losses.items() if name
@@ -151,6 +153,22 @@ class Evaluator:
             seconds=time.perf_counter() - start,
             predictions={name: p[: self.show] for name, p in judged.items()} if self.comm.rank == 0 else {},
         )
+
+    def _val_sums(self, bar: Any) -> list[float]:
+        """Each split's summed loss and target tokens over this rank's rows."""
+        sums: list[float] = []
+        for name, val_rows in self.val_rows.items():
+            loss_sum, tokens = 0.0, 0.0
+            for i in range(0, len(val_rows), self.batch):
+                rows = val_rows[i : i + self.batch]
+                b = self.splits[name].batch([row if row is not None else 0 for row in rows]).to(self.comm.device)
+                labels = _mask_padding(b, rows)
+                logits = self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None)
+                loss_sum += float(token_loss_sum(logits, labels))
+                tokens += float((labels != IGNORE_INDEX).sum())
+                bar.update()
+            sums += [loss_sum, tokens]
+        return sums
 
 
 def _padded(mine: list, total: int, world: int, batch: int) -> list:
@@ -180,12 +198,12 @@ class ExactMatch:
         self.steps = max((len(s.target_ids) for s in all_samples), default=0)
 
     def judge(self, model: nn.Module, samples: list[EvalSample | None], device: torch.device,
-              decode: Decode) -> list[Prediction]:
+              decode: Decode, multiple: int = 1) -> list[Prediction]:
         out: list[Prediction] = []
         for i in range(0, len(samples), self.batch):
             chunk = samples[i : i + self.batch]
             prompts = [s.prompt_ids if s is not None else [0] for s in chunk]
-            for s, generated in zip(chunk, greedy_decode(model, prompts, self.steps, device)):
+            for s, generated in zip(chunk, greedy_decode(model, prompts, self.steps, device, multiple)):
                 if s is None:
                     continue
                 answer = _through_eos(generated, self.eos)
@@ -200,10 +218,12 @@ def _through_eos(tokens: list[int], eos: set[int]) -> list[int]:
     return tokens
 
 
-def greedy_decode(model: nn.Module, prompts: list[list[int]], steps: int, device: torch.device) -> list[list[int]]:
+def greedy_decode(model: nn.Module, prompts: list[list[int]], steps: int, device: torch.device,
+                  multiple: int = 1) -> list[list[int]]:
     """`steps` argmax tokens after each prompt. Prompts of different lengths are left-padded: padding
     is a document of its own (-1) that no real token attends to, and positions start at each
-    prompt's first real token, so each row computes exactly what it would alone."""
+    prompt's first real token, so each row computes exactly what it would alone. Every forward's
+    length is a multiple of `multiple` (more left padding, which changes nothing either)."""
     width = max(len(p) for p in prompts)
     ids = torch.zeros(len(prompts), width, dtype=torch.long)
     pos = torch.zeros_like(ids)
@@ -214,7 +234,13 @@ def greedy_decode(model: nn.Module, prompts: list[list[int]], steps: int, device
         docs[row, width - len(p):] = 0
     ids, pos, docs = ids.to(device), pos.to(device), docs.to(device)
     for _ in range(steps):
-        nxt = model(ids, pos, docs)[:, -1].argmax(dim=-1, keepdim=True)
+        pad = -ids.shape[1] % multiple
+        inputs = [t if not pad else torch.cat((torch.full((t.shape[0], pad), fill, dtype=t.dtype, device=device), t),
+                                              dim=1) for t, fill in ((ids, 0), (pos, 0), (docs, -1))]
+        last = model(*inputs)[:, -1]
+        if isinstance(last, DTensor):  # sharded on the vocabulary: each row's argmax needs all of it
+            last = last.full_tensor()
+        nxt = last.argmax(dim=-1, keepdim=True)
         ids = torch.cat((ids, nxt), dim=1)
         pos = torch.cat((pos, pos[:, -1:] + 1), dim=1)
         docs = torch.cat((docs, torch.zeros_like(nxt)), dim=1)

@@ -3,25 +3,29 @@
 The loss is the mean over every target token of the global batch (all ranks, all micro-batches),
 so a step means the same thing whatever the world size and accumulation: each micro-batch's
 summed loss is divided by the global target-token count before its backward, and FSDP2 sums the
-gradients over ranks (runtime/parallel.py). FSDP2 reduce-scatters after every micro-batch's
+gradients over ranks (parallel/fsdp.py). FSDP2 reduce-scatters after every micro-batch's
 backward, so no rank ever holds a whole gradient; the accumulation happens in the sharded float32
-gradients. Clipping uses the global norm of the sharded gradients.
+gradients. Clipping uses the global norm of the sharded gradients, over every mesh (parallel/clip.py).
+Under tensor parallelism the logits stay sharded on the vocabulary and the loss and its backward run
+under `loss_parallel`; the TP ranks of a data-parallel group compute the same loss, counted once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
 
 from resilient_slurm.session.distributed import Comm
 from resilient_slurm.trainer.oom import OomGuard, PeerOutOfMemory, describe, inside_fsdp
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
+from resilient_slurm.parallel.clip import clip_grad_norm
 
 
 @dataclass(frozen=True)
@@ -48,15 +52,22 @@ class StepRunner:
         comm: Comm,
         grad_clip: float,
         documents: bool = True,
+        counts_data: bool = True,
+        vocab_parallel: bool = False,
     ) -> None:
         """`documents`: rows hold several documents (the model keeps attention inside each); False:
-        each row is one causal sequence, and the model takes the plain causal kernel."""
+        each row is one causal sequence, and the model takes the plain causal kernel. `counts_data`:
+        this rank speaks for its data-parallel group in the world-wide sums of tokens and loss (the
+        other tensor and pipeline ranks of the group hold the same rows: counted once).
+        `vocab_parallel`: the model's logits are sharded on the vocabulary (tensor parallelism)."""
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.comm = comm
         self.grad_clip = grad_clip
         self.documents = documents
+        self.counts_data = counts_data
+        self.vocab_parallel = vocab_parallel
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.guard = OomGuard(model, comm)
 
@@ -70,8 +81,8 @@ class StepRunner:
         from a clean state; in the optimizer step the update may be half applied, and it cannot.
         """
         start = time.perf_counter()
-        local_targets = float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro_batches))
-        local_inputs = float(sum(b.input_ids.numel() for b in micro_batches))
+        local_targets = float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro_batches)) * self.counts_data
+        local_inputs = float(sum(b.input_ids.numel() for b in micro_batches)) * self.counts_data
         global_tokens, global_inputs = self.comm.sum_floats([local_targets, local_inputs])
         compute_start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
@@ -92,15 +103,14 @@ class StepRunner:
             raise self.guard.abandon("forward/backward", error, agreed=False)
         compute_s = time.perf_counter() - compute_start
         max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
-        grad_norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        grad_norm = clip_grad_norm(self.params, max_norm)
         lr = self.optimizer.param_groups[0]["lr"]
         try:
             self.optimizer.step()
         except torch.OutOfMemoryError as e:
             error = describe(e)
         # The loss's all-reduce also counts the ranks whose update ran out: no collective more.
-        total_loss, ran_out = self.comm.sum_floats([float(loss_sum), 0.0 if error is None else 1.0])
+        total_loss, ran_out = self.comm.sum_floats([float(loss_sum) * self.counts_data, 0.0 if error is None else 1.0])
         if ran_out:
             raise self.guard.abandon("optimizer", error, agreed=True)
         self.scheduler.step()
@@ -115,14 +125,18 @@ class StepRunner:
         """Each micro-batch's forward and backward; the summed loss. Its own frame, so that an error
         takes the micro-batch's activations with it."""
         loss_sum = torch.zeros((), dtype=torch.float64)
-        for batch in micro_batches:
-            b = batch.to(self.comm.device)
-            micro_loss = token_loss_sum(
-                self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None), b.labels)
-            if poison:
-                micro_loss = micro_loss * float("nan")
-            (micro_loss / global_tokens).backward()
-            loss_sum += micro_loss.detach().double().cpu()
-            if progress is not None:
-                progress()
+        with loss_parallel() if self.vocab_parallel else contextlib.nullcontext():
+            for batch in micro_batches:
+                loss_sum += self._micro_batch(batch, global_tokens, poison)
+                if progress is not None:
+                    progress()
         return loss_sum
+
+    def _micro_batch(self, batch: Batch, global_tokens: float, poison: bool) -> torch.Tensor:
+        b = batch.to(self.comm.device)
+        micro_loss = token_loss_sum(
+            self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None), b.labels)
+        if poison:
+            micro_loss = micro_loss * float("nan")
+        (micro_loss / global_tokens).backward()
+        return micro_loss.detach().double().cpu()

@@ -35,6 +35,9 @@ from resilient_slurm.recovery import Action, micro_batch_after, on_findings, on_
 from resilient_slurm.trainer import build
 from resilient_slurm.data.open import open_pipeline
 from resilient_slurm.session.distributed import Comm
+from resilient_slurm.config.parallel import resolve
+from resilient_slurm.errors import InputError
+from resilient_slurm.parallel.mesh import ParallelMesh
 from resilient_slurm.trainer.evaluation import Evaluator
 from resilient_slurm.trainer.faults import FaultInjector
 from resilient_slurm.trainer.oom import StepOutOfMemory, rss_bytes
@@ -61,16 +64,22 @@ class Trainer:
         self.cfg, self.run_dir, self.comm, self.events = cfg, run_dir, comm, events
         t = cfg.train
         torch.use_deterministic_algorithms(t.deterministic)
-        self.pipeline = open_pipeline(cfg, run_dir, comm)
+        laid_out = resolve(cfg.parallel, comm.world_size)
+        if isinstance(laid_out, str):  # an elastic shrink to a world size the fixed degrees do not divide
+            raise InputError(laid_out)
+        self.mesh = ParallelMesh(laid_out, comm.device.type, comm.rank)
+        place = self.mesh.position
+        self.pipeline = open_pipeline(cfg, run_dir, comm, place.dp_rank, place.dp_size)
         self.steps = train_steps(cfg)
         """The run's length: train.max_steps, or the steps train.max_tokens takes."""
-        self.model = build.build_model(cfg, comm)
+        self.model = build.build_model(cfg, comm, self.mesh)
         self.base = build.base_model(cfg)
         """A LoRA run's base model (path, identity): recorded in its checkpoints, checked on resume."""
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.steps)
         self.runner = StepRunner(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
-                                 documents=self.pipeline.documents)
+                                 documents=self.pipeline.documents, counts_data=place.counts_data,
+                                 vocab_parallel=self.mesh.tp is not None)
         self.sampler = self.pipeline.sampler
         self.session = Session(cfg, run_dir, comm, stop, events, model=self.model, optimizer=self.optimizer,
                                scheduler=self.scheduler, train_fields=self._train_fields,
@@ -88,7 +97,7 @@ class Trainer:
         self.faults.attach(self.model)
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.evaluator = Evaluator(cfg, self.model, comm, self.pipeline.data, self.sampler.micro_batch_size,
-                                   documents=self.pipeline.documents)
+                                   documents=self.pipeline.documents, place=place)
         self.benchmarks = SideEvaluations(cfg, run_dir, events, comm.rank)
         self.gave_up: str | None = None
 
@@ -118,7 +127,11 @@ class Trainer:
         return ExitCode.DONE
 
     def _describe(self) -> None:
-        cfg, s = self.cfg, self.sampler
+        cfg, s, lay = self.cfg, self.sampler, self.mesh.layout
+        g, seq = cfg.data.global_batch_size, cfg.data.seq_len
+        log.info("layout: %d rank(s) = %s; global batch %d sequences x %d = %d tokens; %d micro-batch(es) of %d "
+                 "per data-parallel rank per step", lay.world_size, lay.describe(), g, seq, g * seq, s.accumulation,
+                 s.micro_batch_size)
         log.info("data: %s", self.pipeline.summary())
         log.info("model %s: %.2fM parameters (%.3gM trained), %d rank(s), global batch %d x %d tokens, "
                  "micro-batch %d%s", cfg.model.name, num_parameters(self.model) / 1e6,
@@ -202,7 +215,7 @@ class Trainer:
         if decision.action is Action.RETRY and decision.micro_batch is not None:
             s.set_micro_batch_size(decision.micro_batch)
             self.evaluator = Evaluator(cfg, self.model, self.comm, self.pipeline.data, s.micro_batch_size,
-                                       documents=self.pipeline.documents)
+                                       documents=self.pipeline.documents, place=self.mesh.position)
             if self.comm.rank == 0:
                 self.events.emit(ledger.OomRetry(
                     ranks=oom.ranks, error=error, old_micro_batch=old, new_micro_batch=s.micro_batch_size,

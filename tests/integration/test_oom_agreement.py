@@ -12,7 +12,7 @@ import torch
 import torch.multiprocessing as mp
 
 from resilient_slurm.config import Config, ModelConfig
-from resilient_slurm.model import parallel
+from resilient_slurm.parallel import fsdp
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.trainer.oom import StepOutOfMemory
 from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
@@ -55,7 +55,7 @@ def _worker(rank: int, port: int) -> None:
     torch.set_num_threads(1)
     comm = Comm(RankInfo(rank, WORLD, rank, "127.0.0.1", port))
     cfg = Config(model=MODEL)
-    model = parallel.build_model(MODEL, comm.mesh, comm.device)
+    model = fsdp.build_model(MODEL, comm.mesh, comm.device)
     optimizer = build_optimizer(model, cfg.optim)
     trainer = StepRunner(model, optimizer, build_scheduler(optimizer, cfg.optim, 10), comm, cfg.optim.grad_clip)
     g = torch.Generator().manual_seed(3)
@@ -64,7 +64,7 @@ def _worker(rank: int, port: int) -> None:
                  torch.zeros(ROWS, SEQ, dtype=torch.long))
 
     def reset() -> None:
-        parallel.fill_random(model, MODEL, 1)
+        fsdp.fill_random(model, MODEL, 1)
         optimizer.state.clear()
         trainer.scheduler = build_scheduler(optimizer, cfg.optim, 10)
 

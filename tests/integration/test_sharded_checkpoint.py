@@ -14,7 +14,7 @@ from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.state import capture_snapshot
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.config import Config, ModelConfig
-from resilient_slurm.model import parallel
+from resilient_slurm.parallel import fsdp
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
 from resilient_slurm.model.decoder import token_loss_sum
@@ -33,8 +33,8 @@ def _setup(rank: int, world: int, port: int, seed: int):
     torch.set_num_threads(1)
     comm = Comm(RankInfo(rank, world, rank, "127.0.0.1", port))
     cfg = Config(model=MODEL)
-    model = parallel.build_model(MODEL, comm.mesh, comm.device)
-    parallel.fill_random(model, MODEL, seed)
+    model = fsdp.build_model(MODEL, comm.mesh, comm.device)
+    fsdp.fill_random(model, MODEL, seed)
     optimizer = build_optimizer(model, cfg.optim)
     return comm, cfg, model, optimizer, build_scheduler(optimizer, cfg.optim, 10)
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from resilient_slurm.checkpoint.save import save
-from resilient_slurm.checkpoint.state import Snapshot, held
+from resilient_slurm.checkpoint.state import OptimizerGroup, Snapshot, held
 from resilient_slurm.session.distributed import Comm
 from tests.single_rank import one_rank
 
@@ -18,8 +18,8 @@ def snapshot(step: int = 1, seed: int = 0) -> Snapshot:
     optim.update({f"{k}.step": torch.tensor(float(step)) for k in model})
     return Snapshot(model={k: held(v, k) for k, v in model.items()}, optimizer={k: held(v, k) for k, v in optim.items()},
                     rng={"python": [1, 2, 3]},
-                    json_files={"train_state.json": {"step": step}, "scheduler.json": {"last_epoch": step},
-                                "optimizer.json": {"param_groups": []}})
+                    json_files={"train_state.json": {"step": step}, "scheduler.json": {"last_epoch": step}},
+                    groups=(OptimizerGroup(tuple(model), {"lr": 0.1}),), optimizer_type="AdamW")
 
 
 @pytest.fixture

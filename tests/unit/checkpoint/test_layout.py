@@ -1,9 +1,13 @@
 import pytest
 
+from resilient_slurm.checkpoint.chunks import Box
 from resilient_slurm.checkpoint.layout import (
-    index_for,
+    Chunk,
+    ChunkFile,
+    TensorSpec,
+    index_chunks,
     parse_step_dir,
-    plan_shards,
+    shards_index,
     step_dir_name,
 )
 
@@ -21,49 +25,29 @@ def test_step_dir_round_trip():
     assert parse_step_dir(step_dir_name(42)) == 42
 
 
-SIZES = [("a", 100), ("b", 100), ("c", 100), ("d", 100)]
+def test_shards_index_lists_every_chunk_of_every_tensor_and_reads_back():
+    specs = [TensorSpec("w", (4, 6), "F32", 4), TensorSpec("step", (), "F32", 4)]
+    files = [ChunkFile("model-00001-of-00002.safetensors", 0, (Chunk("w", Box((0, 0), (4, 3))), Chunk("step", Box((), ())))),
+             ChunkFile("model-00002-of-00002.safetensors", 1, (Chunk("w", Box((0, 3), (4, 3))),))]
+    index = shards_index(specs, files)
+    assert index["tensors"]["w"] == {"shape": [4, 6], "dtype": "F32", "chunks": [
+        ["model-00001-of-00002.safetensors", [0, 0], [4, 3]], ["model-00002-of-00002.safetensors", [0, 3], [4, 3]]]}
+    assert index_chunks(index["tensors"]["w"]) == [("model-00001-of-00002.safetensors", Box((0, 0), (4, 3))),
+                                                   ("model-00002-of-00002.safetensors", Box((0, 3), (4, 3)))]
+    assert index_chunks(index["tensors"]["step"]) == [("model-00001-of-00002.safetensors", Box((), ()))]
 
 
-@pytest.mark.parametrize(
-    "sizes, world, max_bytes, expected",
-    [
-        # one rank, fits: the plain HF name
-        (SIZES, 1, 10_000, [("model.safetensors", 0, ("a", "b", "c", "d"))]),
-        # one rank, cut by size into numbered shards, order kept
-        (SIZES, 1, 200, [("model-00001-of-00002.safetensors", 0, ("a", "b")),
-                         ("model-00002-of-00002.safetensors", 0, ("c", "d"))]),
-        # two ranks: a contiguous half each
-        (SIZES, 2, 10_000, [("model-00001-of-00002.safetensors", 0, ("a", "b")),
-                            ("model-00002-of-00002.safetensors", 1, ("c", "d"))]),
-        # a tensor larger than the limit still gets a file of its own
-        ([("big", 1000), ("s", 1)], 1, 100, [("model-00001-of-00002.safetensors", 0, ("big",)),
-                                              ("model-00002-of-00002.safetensors", 0, ("s",))]),
-        # more ranks than tensors: some ranks write nothing
-        ([("a", 10)], 3, 1000, [("model.safetensors", 1, ("a",))]),
-        # unbalanced sizes: balanced by bytes, not by count
-        ([("a", 10), ("b", 10), ("c", 300)], 2, 10_000, [("model-00001-of-00002.safetensors", 0, ("a", "b")),
-                                                         ("model-00002-of-00002.safetensors", 1, ("c",))]),
-    ],
-)
-def test_plan_shards(sizes, world, max_bytes, expected):
-    plan = plan_shards("model", sizes, world, max_bytes)
-    assert [(s.filename, s.rank, s.names) for s in plan] == expected
+@pytest.mark.parametrize("entry, chunks", [
+    # version 2: pieces of rows [file, start, stop] are boxes that span the other dimensions
+    ({"shape": [10, 3], "pieces": [["a", 0, 5], ["b", 5, 10]]}, [("a", Box((0, 0), (5, 3))), ("b", Box((5, 0), (5, 3)))]),
+    ({"shape": [7], "pieces": [["a", 0, 7]]}, [("a", Box((0,), (7,)))]),
+    # a scalar's one piece (rows 0..1) is its whole, dimensionless box
+    ({"shape": [], "pieces": [["a", 0, 1]]}, [("a", Box((), ()))]),
+])
+def test_version_2_pieces_read_as_boxes(entry, chunks):
+    assert index_chunks(entry) == chunks
 
 
-def test_every_tensor_planned_exactly_once():
-    sizes = [(f"t{i}", (i * 37) % 101 + 1) for i in range(50)]
-    for world in (1, 2, 3, 8):
-        plan = plan_shards("optimizer", sizes, world, 300)
-        names = [n for s in plan for n in s.names]
-        assert sorted(names) == sorted(n for n, _ in sizes)
-        assert len(names) == len(set(names))
-
-
-def test_index_only_for_several_files():
-    one = plan_shards("model", SIZES, 1, 10_000)
-    assert index_for(one, dict(SIZES)) is None
-    two = plan_shards("model", SIZES, 2, 10_000)
-    index = index_for(two, dict(SIZES))
-    assert index["metadata"]["total_size"] == 400
-    assert index["weight_map"] == {"a": two[0].filename, "b": two[0].filename,
-                                   "c": two[1].filename, "d": two[1].filename}
+def test_a_chunk_with_the_wrong_number_of_dimensions_is_malformed():
+    with pytest.raises(ValueError, match="dimensions"):
+        index_chunks({"shape": [4, 4], "chunks": [["a", [0], [4]]]})

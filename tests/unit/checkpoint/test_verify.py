@@ -77,15 +77,18 @@ def _rewrite_index(ckpt, edit):
 
 def test_index_entry_outside_the_directory(make_checkpoint):
     ckpt = make_checkpoint(max_shard_bytes=1)
-    _rewrite_index(ckpt, lambda t: t["lm_head.weight"]["pieces"][0].__setitem__(0, "../../etc/passwd"))
+    _rewrite_index(ckpt, lambda t: t["lm_head.weight"]["chunks"][0].__setitem__(0, "../../etc/passwd"))
     verdict = verify(ckpt)
     assert not verdict.ok and "names a path outside the directory" in verdict.reason
 
 
 @pytest.mark.parametrize("edit, reason", [
-    (lambda t: t["lm_head.weight"]["pieces"].append(["model-00001-of-00003.safetensors", 0, 1]), "do not cover"),
-    (lambda t: t["lm_head.weight"]["shape"].__setitem__(0, 65), "cover 64 of its 65 rows"),
-    (lambda t: t["lm_head.weight"].update(dtype="BF16"), "does not hold rows 0..64 of lm_head.weight"),
+    (lambda t: t["lm_head.weight"]["chunks"].append(t["lm_head.weight"]["chunks"][0]),
+     "the chunks of lm_head.weight do not tile it: chunks [0:64, 0:16] and [0:64, 0:16] overlap"),
+    (lambda t: t["lm_head.weight"]["shape"].__setitem__(0, 65),
+     "the chunks of lm_head.weight do not tile it: no chunk holds [64:65, 0:16]"),
+    (lambda t: t["lm_head.weight"]["shape"].__setitem__(0, 63), "chunk [0:64, 0:16] lies outside the tensor's shape"),
+    (lambda t: t["lm_head.weight"].update(dtype="BF16"), "does not hold [0:64, 0:16] of lm_head.weight"),
 ])
 def test_a_shards_index_that_does_not_match_the_files_is_rejected(make_checkpoint, edit, reason):
     ckpt = make_checkpoint(max_shard_bytes=1)

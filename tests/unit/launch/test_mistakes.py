@@ -69,8 +69,8 @@ MISTAKES = [
     ([T, "train.seed=1.5"], CE + "train.seed: Value '1.5' of type 'float' could not be converted to Integer; fix the "
                                  "value or remove the key"),
     ([T, "train.max_steps=0"], CE + "train.max_steps: 0; set it to 1 or more"),
-    ([T, "data.global_batch_size=7"], CE + "data.global_batch_size: 7 is not a multiple of micro_batch_size*ranks=4; "
-                                           "change one of them"),
+    ([T, "data.global_batch_size=7"], CE + "data.global_batch_size: 7 is not a multiple of micro_batch_size*data-parallel "
+                                           "ranks=4*1=4; change one of them"),
     ([T, "model.num_kv_heads=3"], CE + "model.num_kv_heads: 3 does not divide model.num_heads=4; pick a divisor"),
     ([T, "model.dtype=float16"], CE + "model.dtype: 'float16' unknown; use one of float32, bfloat16"),
     ([T, "data.seq_len=4096"], CE + "data.seq_len: 4096 exceeds model.max_seq_len=256; lower it or raise max_seq_len"),

@@ -6,7 +6,7 @@ import torch
 from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
 from resilient_slurm.config import Config, ModelConfig
-from resilient_slurm.model import parallel
+from resilient_slurm.parallel import fsdp
 from resilient_slurm.trainer.oom import StepOutOfMemory, inside_fsdp
 from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
 from resilient_slurm.trainer.step import StepRunner
@@ -19,8 +19,8 @@ MODEL = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_lay
 
 def trainer() -> StepRunner:
     comm = one_rank()
-    model = parallel.build_model(MODEL, comm.mesh, comm.device)
-    parallel.fill_random(model, MODEL, 1)
+    model = fsdp.build_model(MODEL, comm.mesh, comm.device)
+    fsdp.fill_random(model, MODEL, 1)
     optimizer = build_optimizer(model, Config().optim)
     return StepRunner(model, optimizer, build_scheduler(optimizer, Config().optim, 10), comm, 1.0)
 
