@@ -89,6 +89,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient_slurm.checkpoint.async_save import AsyncSaver  # noqa: E402
+from resilient_slurm.checkpoint.exchange import agree  # noqa: E402
 from resilient_slurm.checkpoint.load import load_into  # noqa: E402
 from resilient_slurm.checkpoint.memory import MemoryTier  # noqa: E402
 from resilient_slurm.checkpoint.nodes import Spread  # noqa: E402
@@ -253,7 +254,7 @@ class Methods:
         start = time.perf_counter()
         snap = self.snapshot()
         taken = time.perf_counter()
-        rank_files(snap, 0, 1, self.cfg.max_shard_bytes)
+        rank_files(snap, agree(snap, self.comm, self.cfg.max_shard_bytes), 0)
         return taken - start, time.perf_counter() - taken
 
     # --- restores
