@@ -1,5 +1,5 @@
-"""How soon `launch` answers: `--help`, a config error, and a bare `launch`, against Python's own
-start-up on this machine (the floor no command can go below).
+"""How soon the commands answer: `launch --help`, a config error, a bare `launch`, and the other
+commands' `--help`, against Python's own start-up on this machine (the floor no command can go below).
 
     python bench/cli_latency.py [--repeats 7]
 
@@ -30,6 +30,11 @@ COMMANDS = {
     "launch +experiment=tiny_sft optim.lrr=1e-3": ([*LAUNCH, "+experiment=tiny_sft", "optim.lrr=1e-3"], 2, 2.0),
     "launch +experiment=tiny_sft optim.lr=abc": ([*LAUNCH, "+experiment=tiny_sft", "optim.lr=abc"], 2, 2.0),
     "launch +experiment=tiny_sft train.max_steps=0": ([*LAUNCH, "+experiment=tiny_sft", "train.max_steps=0"], 2, 2.0),
+    # Issue 27, item 13: export --help took 6 s (torch imported before the arguments were read).
+    "export --help": ([sys.executable, "-m", "resilient_slurm.export", "--help"], 0, 1.5),
+    "evaluate --help": ([sys.executable, "-m", "resilient_slurm.evaluate", "--help"], 0, 1.5),
+    "data --help": ([sys.executable, "-m", "resilient_slurm.data", "--help"], 0, 1.5),
+    "sweep --help": ([sys.executable, "-m", "resilient_slurm.sweep", "--help"], 0, 1.5),
 }
 
 

@@ -45,7 +45,9 @@ def one_run(root: Path, name: str, overrides: list[str], loaded: bool) -> dict:
             busy.wait()
     if done.returncode != 0:
         raise SystemExit(f"quickstart: the run failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    threads = re.search(r"(\d+) CPU thread\(s\) per rank \(train\.threads=(\d+); OMP_WAIT_POLICY=(\w+)\)", done.stdout)
+    # The rank's log has it (the console does not: it is a detail, issue 27 item 18).
+    log = (root / "tiny_sft" / name / "logs" / "rank-0.log").read_text()
+    threads = re.search(r"(\d+) CPU thread\(s\) per rank \(train\.threads=(\d+); OMP_WAIT_POLICY=(\w+)\)", log)
     metrics = [json.loads(line) for line in (root / "tiny_sft" / name / "metrics.jsonl").read_text().splitlines()]
     return {"condition": "loaded" if loaded else "idle", "wall_s": wall, "load_before": load,
             "exact_match": [round(r["exact_match"], 3) for r in metrics if "exact_match" in r],

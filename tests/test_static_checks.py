@@ -14,6 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "resilient_slurm"
 
 # Decisions, parsers, catalogs and layouts: they take data and return data.
 PURE = ["monitor/detectors.py", "monitor/replay.py", "recovery.py", "launch/naming.py", "analysis/goodput.py",
+        "analysis/rank_ends.py",
         "slurm/env.py", "tracking/history.py", "checkpoint/layout.py", "checkpoint/chunks.py", "checkpoint/plan.py",
         "checkpoint/manifest.py", "checkpoint/policy.py", "checkpoint/retention.py", "checkpoint/crc32.py",
         "checkpoint/costs.py", "checkpoint/deadline.py", "checkpoint/interval.py", "checkpoint/nodes.py", "checkpoint/memory_policy.py",

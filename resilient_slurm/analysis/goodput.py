@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from resilient_slurm.analysis.rank_ends import first_cause, rank_ends
 from resilient_slurm.files import stamp_seconds
 from resilient_slurm.ledger import Crash, Event, GaveUp, Kind, RestartInAllocation, Resume, Save, Signal, Start, select
 
@@ -50,7 +51,8 @@ class Attempt:
     last_step: int
     """Highest step this attempt reached (including steps later lost)."""
     outcome: str
-    """finished | stopped by SIG... | crashed: <error> | gave up: ... | killed without a trace | running or killed"""
+    """finished | stopped by SIG... | killed: rank R by <signal or the OOM killer> | crashed: <error> |
+    gave up: ... | killed without a trace | running or killed"""
     cause: str | None
     """Why it started: None for the first attempt, else how the one before it ended (the same for
     local runs and Slurm requeues, so causes count alike)."""
@@ -245,11 +247,15 @@ def _restart(before: Attempt, after: Attempt, records: list[Event[RestartInAlloc
 
 
 def cause_label(outcome: str) -> str:
-    """The class of a restart cause, for counting: `stopped (SIGUSR1)`, `crashed (InjectedFault)`, `killed`."""
+    """The class of a restart cause, for counting: `stopped (SIGUSR1)`, `crashed (InjectedFault)`,
+    `killed (SIGKILL)`, `killed` (without a trace)."""
     if outcome.startswith("stopped by "):
         return f"stopped ({outcome[len('stopped by '):]})"
     if outcome.startswith("crashed: "):
         return f"crashed ({outcome[len('crashed: '):].split(':')[0]})"
+    if outcome.startswith("killed: rank "):  # `killed: rank 1 by signal 9 (SIGKILL)` -> `killed (SIGKILL)`
+        by = outcome.split(" by ", 1)[-1]
+        return "killed (host OOM)" if "OOM" in by else f"killed ({by[by.find('(') + 1:by.rfind(')')] or by})"
     if outcome.startswith("killed"):
         return "killed"
     return outcome.split(":")[0]
@@ -277,6 +283,9 @@ def _outcome(group: list[Event[Any]], last: bool) -> str:
     if Kind.STOP in kinds:
         signals = [e.details.signal for e in select(group, Signal)]
         return f"stopped by {signals[0] if signals else 'a stop request'}"
+    # A rank killed from outside comes before the crashes of the ranks that lost it at a collective.
+    if (end := first_cause(rank_ends(group))) is not None and end.killer is not None:
+        return f"killed: rank {end.rank} by {end.killer}"
     if crashes := select(group, Crash):
         return f"crashed: {(crashes[-1].details.error or 'unknown error').splitlines()[0]}"
     return "running or killed" if last else "killed without a trace"

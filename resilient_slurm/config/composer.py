@@ -9,8 +9,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.config.checks import ConfigError
-from resilient_slurm.config.overrides import Groups, Schema, check, hydra_problem
+from resilient_slurm.config.checks import ConfigError, flatten, suggest
+from resilient_slurm.config.overrides import Groups, Schema, check, hydra_problem, parse, unknown_override
 from resilient_slurm.config.schema import Config
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -81,7 +81,25 @@ def compose(overrides: Sequence[str], config_dirs: Sequence[Path] = ()) -> dict[
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             composed = hydra_compose("config", overrides=[*search, *overrides])
     except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(hydra_problem(str(e), schema(), groups(config_dirs))) from None
+        raise ConfigError(_own_key_problem(str(e), overrides, config_dirs)
+                          or hydra_problem(str(e), schema(), groups(config_dirs))) from None
     tree = OmegaConf.to_container(composed, resolve=False)
     assert isinstance(tree, dict)
     return {str(k): v for k, v in tree.items() if k != "hydra"}
+
+
+def _own_key_problem(message: str, overrides: Sequence[str], config_dirs: Sequence[Path]) -> str | None:
+    """A misspelt key of a section of the user's own (`own.lrr=1` where `+own=default` brings
+    `own.lr`): the likeliest of their keys, from the config composed without that override."""
+    key = unknown_override(message)
+    if key is None or key.split(".")[0] in schema().tops:
+        return None
+    top = key.split(".")[0]
+    try:
+        tree = compose([o for o in overrides if parse(o).key != key], config_dirs)
+    except ConfigError:
+        return None
+    theirs = flatten(tree.get(top) or {}, top + ".")
+    close = suggest(key, theirs)
+    hint = f"did you mean {close}?" if close else f"its keys are {', '.join(sorted(theirs)[:8]) or 'none'}"
+    return f"{key}: not a key of {top} ({hint}); write +{key}=VALUE to add a key of your own"

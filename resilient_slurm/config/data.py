@@ -18,7 +18,8 @@ class SourceConfig:
     path: str = ""
     """A Megatron .bin/.idx prefix, a token array file, a glob, or a directory of them."""
     weight: float = 1.0
-    """Its target share of the trained tokens (weights are normalised over the sources)."""
+    """Its target share of the trained tokens. Weights that do not sum to 1 are normalised (0.7 and
+    0.7 train half and half), and the run's first log line says so with the shares it trains."""
     dtype: str | None = None
     """Token dtype of headerless arrays (.npy as OLMo/dolma write: uint16 or uint32); Megatron files carry theirs."""
 
@@ -45,8 +46,9 @@ class DataConfig:
     not fit in device memory, the run lowers it (ledger: oom_retry) and keeps the lower value on later
     starts with this same setting; how the rows are cut does not change what a step computes."""
     val_samples: float | None = None
-    """Conversations held out for evaluation, never trained on: a count (256), a share of the
-    distinct conversations (0.1), 0 for none (validation off), or null for min(256, 5%), which
+    """Conversations held out for evaluation, never trained on: a count, written as a whole number
+    (256), a share of the distinct conversations, below 1 (0.1), 0 for none (validation off), or
+    null for min(256, 5%); a number with a point from 1 up (2.0) is refused as ambiguous. Null
     never leaves fewer than 90% to train on (data/chat/split.py). Those with the smallest content
     hashes are taken (a fixed set whatever the file order or world size), every copy of each."""
     loss: str = "assistant"
@@ -87,6 +89,16 @@ class DataConfig:
                f"data.val_samples: {v}; use a count (256), a share in (0, 1) (0.05), 0 for no validation, or null "
                f"for min(256, 5%)")
         return p
+
+    def mixture(self) -> str:
+        """The shares each source trains, for the first log line: `prose 70%, math 30%`, and a note when
+        the weights did not sum to 1 and were normalised."""
+        total = sum(s.weight for s in self.sources)
+        shares = ", ".join(f"{s.name} {100 * s.weight / total:.3g}%" for s in self.sources) if total > 0 else ""
+        if abs(total - 1) <= 1e-6:
+            return shares
+        weights = " + ".join(f"{s.weight:g}" for s in self.sources)
+        return f"{shares} (weights {weights} = {total:g}, normalised to shares of 1)"
 
     def _token_problems(self) -> list[str]:
         p = Problems()

@@ -20,6 +20,8 @@ from typing import Any
 from resilient_slurm.config.checks import not_a_key
 
 _HYDRA = ("hydra.", "hydra/")
+# Keys whose value is a list of records, written `[{k:v,...},...]`: braces a shell expands unquoted.
+_RECORD_LISTS = ("data.sources",)
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,18 @@ def check(overrides: Sequence[str], schema: Schema, groups: Groups, entry: bool)
     for o in map(parse, overrides):
         if o.key.startswith(_HYDRA) or o.key == "hydra":
             continue
+        if o.key.startswith(("+", "~")):
+            problems.append(f"{o.text}: too many + or ~; write KEY=VALUE to set a key, +KEY=VALUE to add one of your "
+                            f"own, ~KEY to remove one")
+            continue
         if o.key in groups.options:
             problems += _group_problem(o, groups, seen)
+            continue
+        if o.key in _RECORD_LISTS and o.value and ":" in o.value and "{" not in o.value:
+            if o.key not in seen:  # the shell made several arguments of it: one line for them all
+                seen.add(o.key)
+                problems.append(f"{o.text}: the shell took this value's braces apart (brace expansion); quote the "
+                                f"whole override: '{o.key}=[{{name:web,path:/data/tok/web,weight:0.7}},...]'")
             continue
         if o.value is None and o.prefix != "~":
             problems.append(f"{o.key}: no value; write {o.key}=VALUE")
@@ -109,6 +121,10 @@ def check(overrides: Sequence[str], schema: Schema, groups: Groups, entry: bool)
                             else not_a_key(o.key, schema.keys))
         elif not schema.knows(o.key):
             problems.append(not_a_key(o.key, schema.keys))
+        elif o.key == "data.val_samples" and (line := _val_samples_problem(o.value)):
+            problems.append(line)
+        elif o.prefix == "+" and o.key in schema.keys:
+            problems.append(f"{o.text}: {o.key} is a key of the config already; drop the + (write {o.text[1:]})")
         elif o.key in schema.sections and o.value is not None and not o.value.startswith("{"):
             problems.append(f"{o.key}: a section, not a value; set one of its keys ({o.key}.KEY=VALUE)")
         elif o.prefix == "" and o.key not in schema.keys | schema.sections:
@@ -117,11 +133,27 @@ def check(overrides: Sequence[str], schema: Schema, groups: Groups, entry: bool)
     return problems
 
 
+def _val_samples_problem(value: str | None) -> str | None:
+    """`data.val_samples` is a count when written as a whole number (`256`) and a share when below 1
+    (`0.05`); `2.0` could mean either, so it is refused rather than guessed."""
+    try:
+        number = float(value or "")
+    except ValueError:
+        return None  # not a number: the type check says so
+    if number < 1 or not any(c in (value or "") for c in ".eE") or not number.is_integer():
+        return None
+    return (f"data.val_samples: {value} is ambiguous; write {int(number)} to hold out {int(number)} conversations, "
+            f"or a share below 1 (0.05 for 5%)")
+
+
 def _group_problem(o: Override, groups: Groups, seen: set[str]) -> list[str]:
     options = groups.options[o.key]
     choose = f"choose one of {', '.join(options)}"
     if o.prefix == "~":
         return []
+    if o.prefix == "++":
+        fixed = o.text[1:] if o.key not in groups.chosen else o.text[2:]
+        return [f"{o.text}: a config group takes one + at most; write {fixed}"]
     if o.prefix == "+" and o.key in seen:  # a plain override again just replaces the choice
         return [f"{o.text}: {o.key} is chosen twice; keep one"]
     if o.prefix == "+":
@@ -156,6 +188,12 @@ def unknown_keys(tree: Mapping[str, Any], schema: Schema) -> list[str]:
     return out
 
 
+def unknown_override(message: str) -> str | None:
+    """The key of Hydra's "Could not override 'own.lrr'" (a key its section does not have)."""
+    m = re.search(r"Could not override '([\w.]+)'", message)
+    return m.group(1) if m else None
+
+
 def hydra_problem(message: str, schema: Schema, groups: Groups) -> str:
     """Hydra's error text as one line naming the argument and the fix."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
@@ -167,6 +205,8 @@ def hydra_problem(message: str, schema: Schema, groups: Groups) -> str:
         group, option = m.group(1), m.group(2)
         if group in groups.options and option not in groups.options[group]:
             return _group_problem(Override(f"+{group}={option}", "+", group, option), groups, set())[0]
+    if m := re.search(r"An item is already at '([\w.]+)'", first):
+        return f"+{m.group(1)}: {m.group(1)} is a key of the config already; drop the + (write {m.group(1)}=VALUE)"
     if m := re.search(r"Could not (?:override|delete from config)\.? '?([\w.]+)'?", first):
         key = m.group(1)
         if schema.knows(key) and key not in schema.keys | schema.sections:

@@ -81,10 +81,10 @@ def validate(cfg: Config) -> list[str]:
         p.extend_new(layout_problems(cfg, laid_out))
     p.extend_new(o.problems())
     steps = train_steps(cfg)
-    p.need(0 <= o.warmup_steps < max(steps, 1) or steps == 0,
+    p.extend_new(t.problems())  # a run length below 1 is the mistake, not the warmup that does not fit it
+    p.need(0 <= o.warmup_steps < max(steps, 1) or steps < 1,
            f"optim.warmup_steps: {o.warmup_steps} must be below {budget(t, steps)}; lower it or raise "
            f"{'train.max_tokens' if t.max_tokens > 0 else 'train.max_steps'}")
-    p.extend_new(t.problems())
     p.extend_new(cfg.checkpoint.problems())
     p.extend_new(cfg.cluster.problems())
     p.extend_new(shrinkable(cfg))

@@ -84,6 +84,7 @@ class TokenPipeline:
         self.sampler: Sampler = self.token_sampler
         self.documents = cfg.data.document_mask
         """Without data.document_mask a window is one causal sequence: the model's plain causal kernel."""
+        self.mixture = cfg.data.mixture()
 
     def record(self) -> dict[str, Any]:
         return {"kind": "tokens", "fingerprint": self.token_sampler.position()["fingerprint"],
@@ -99,7 +100,8 @@ class TokenPipeline:
     def summary(self) -> str:
         """The sources, their training windows and their held-out ones, for the run's first log line."""
         val = sum(v.num_rows for v in self.data.val.values())
-        return (f"{len(self.data.sources)} token source(s), {sum(o.train_windows for o in self.data.orders)} "
+        return (f"{len(self.data.sources)} token source(s) ({self.mixture}), "
+                f"{sum(o.train_windows for o in self.data.orders)} "
                 f"training windows, {val} held out" + ("" if val else "; validation is off"))
 
     def restore(self, ts: TrainState | None) -> list[ledger.Details]:

@@ -1,30 +1,40 @@
 """`python -m resilient_slurm.evaluate RUN_DIR --step N [--tasks a,b] [--device cpu|cuda]`: benchmark a
 checkpoint of a run with lm-evaluation-harness (export to Hugging Face layout, then lm-eval), the same
 evaluation a run with `eval.harness.every_steps` starts by itself. Scores are appended to the run's
-benchmarks.jsonl at the checkpoint's step and printed. Exit status: 0 scored, 1 the evaluation failed
-(twice), 2 usage."""
+benchmarks.jsonl at the checkpoint's step and printed.
+
+Needs lm-eval: pip install 'resilient-slurm[eval]'. Tasks: tiny_mmlu and tiny_gsm8k (shipped), the
+YAMLs of the run's eval.harness.include_path, or any lm-eval task whose data is already local.
+
+Exit status: 0 scored, 1 the evaluation failed (twice), 2 usage or lm-eval not installed."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import sys
 from pathlib import Path
 
-from resilient_slurm.config import ConfigError
-from resilient_slurm.evaluate.job import evaluate_checkpoint, lower_priority
-from resilient_slurm.rundir.identity import load_config
-
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m resilient_slurm.evaluate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m resilient_slurm.evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     parser.add_argument("--step", type=int, required=True, help="the checkpoint's step")
     parser.add_argument("--tasks", help="comma-separated lm-eval tasks (default: the run's eval.harness.tasks)")
     parser.add_argument("--device", help="cpu or cuda (default: cuda when there is one)")
     parser.add_argument("--where", default="by hand", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    # Imported only now, so that --help answers at once (torch and the export behind these).
+    from resilient_slurm.config import ConfigError
+    from resilient_slurm.evaluate.job import evaluate_checkpoint, lower_priority
+    from resilient_slurm.rundir.identity import load_config
+
+    if not _lm_eval_installed():
+        print("evaluate: lm-eval is not installed; pip install 'resilient-slurm[eval]'", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         cfg = load_config(args.run_dir)
@@ -50,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"step {args.step}: " + "  ".join(f"{k} {v:.4g}" for k, v in outcome.scores.items()))
     return 0
+
+
+def _lm_eval_installed() -> bool:
+    try:
+        return importlib.util.find_spec("lm_eval") is not None
+    except (ImportError, ValueError):  # None in sys.modules, a broken install
+        return False
 
 
 if __name__ == "__main__":

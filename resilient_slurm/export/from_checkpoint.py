@@ -82,7 +82,7 @@ def export_checkpoint(ckpt: Path, out: Path, cfg: Config, dtype: torch.dtype | N
         shapes = expected_shapes(cfg.model)
         tensors = list(shapes.items())
         source = merged_reader(cfg, list(saved), read, shapes)
-    with progress(len(tensors), f"exporting {ckpt.name} to {out}", unit="tensor") as bar:
+    with progress(len(tensors), f"exporting {ckpt.name}", unit="tensor") as bar:
         def counted(name: str) -> torch.Tensor:
             tensor = source(name)
             bar.update()

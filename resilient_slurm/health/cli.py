@@ -251,6 +251,12 @@ def _exclude_main(argv: list[str], now: float) -> int:
         if name == "clear":
             cmd.add_argument("nodes", nargs="*", metavar="NODE")
     args = p.parse_args(argv)
+    if args.command in ("list", "clear") and not os.path.exists(args.file):
+        # `add` creates the file and `render` (for scripts) takes a missing one as empty; by hand, a
+        # missing file is most likely a wrong path.
+        print(f"xid_scan exclude: {args.file}: no such file; give the exclude list's path (cluster.exclude_file; "
+              f"`xid_scan exclude add` creates it)", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.command == "add":
             entry = exclude_list.add(

@@ -4,6 +4,7 @@
     __main__   checks → Hydra composes conf/ → typed Config → run directory → local run or Slurm job
     command    the command line: -m, --config-dir, --help and the overrides                 [pure]
     help       --help: experiments, groups and keys, each key's doc read from config/*.py
+    extras     the optional packages a config needs (lm-eval, MLflow, s3fs), refused when missing
     naming     run names {model}-{task}-{date}-{variant} and ablation groups                [pure]
     prepare    the run directory: created once, re-opened to resume, a changed identity refused
                once the run has trained; a finished run found

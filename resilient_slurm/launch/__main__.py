@@ -89,10 +89,10 @@ def _plan(overrides: list[str], config_dirs: tuple[Path, ...]) -> Plan:
     check_overrides(overrides, config_dirs)
     adjustments: list[Adjustment] = []
     cfg = to_config(compose(overrides, config_dirs), explicit_keys(overrides), adjustments, resolve_model=_pretrained)
-    from resilient_slurm.tracking import package_problem
+    from resilient_slurm.launch.extras import extra_problems
 
-    if (missing := package_problem(cfg)) is not None:
-        raise ConfigError(missing)
+    if missing := extra_problems(cfg):
+        raise ConfigError("\n".join(missing))
     if cfg.cluster.kind == "slurm" and cfg.cluster.submit and shutil.which("sbatch") is None:
         raise ConfigError("cluster=slurm: no sbatch on PATH, so no Slurm to submit to here; run on a Slurm login "
                           "node, or use cluster=local")

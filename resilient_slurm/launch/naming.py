@@ -3,6 +3,7 @@ groups `ablation-<component>-<baseline>-vs-<variant>` (spelled from the keys tha
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import date
 from pathlib import PurePath
@@ -35,24 +36,42 @@ _PLACEMENT = PLACEMENT_PREFIXES + ("hydra.", "hydra/")
 _MAX_GROUP_KEYS = 3
 # Group choices the name already spells (model, task) or that do not change what is computed.
 _NAMED_GROUPS = ("experiment", "model", "data", "cluster", "checkpoint", "entry")
+# A part of a variant longer than this is spelled as a digest of its value (the full value is in run.json).
+MAX_PART = 24
 # Paths the name spells by their base names, as the model and the task (or that follow from them).
 _NAMED_PATHS = ("model.pretrained", "data.path", "data.tokenizer")
 
 
 def variant(overrides: list[str]) -> str:
-    parts = []
+    return "-".join(part for part, _ in _parts(overrides)) or "base"
+
+
+def digested(overrides: list[str]) -> dict[str, str]:
+    """The parts of the variant that stand for a longer value (`sources-3f9c21`), each with the
+    override it stands for: what run.json keeps beside the name."""
+    return {part: item for part, item in _parts(overrides) if item is not None}
+
+
+def _parts(overrides: list[str]) -> list[tuple[str, str | None]]:
+    """Each part of the variant, with the override it digests when it is too long to spell (a list of
+    data sources, a long path): the key's short name and a digest of the value; else None."""
+    parts: list[tuple[str, str | None]] = []
     for item in overrides:
         key, sep, value = item.lstrip("+~").partition("=")
         if not sep or key.startswith(_PLACEMENT) or key in _NAMED_GROUPS or key in _NAMED_PATHS:
             continue
         if "." not in key:  # another group's choice, e.g. `lora=r16`
-            parts.append(f"{_clean(key)}-{_clean(value)}")
+            part = f"{_clean(key)}-{_clean(value)}"
         elif value.startswith("[") and value.endswith("]"):
             items = [v.strip(" '\"") for v in value[1:-1].split(",")]
-            parts.append(f"{_short(key)}-{_list(items)}")
+            part = f"{_short(key)}-{_list(items)}"
         else:
-            parts.append(f"{_short(key)}{_clean(_number(value))}")
-    return "-".join(parts) or "base"
+            part = f"{_short(key)}{_clean(_number(value))}"
+        if len(part) > MAX_PART:
+            parts.append((f"{_short(key)}-{hashlib.sha256(value.encode()).hexdigest()[:6]}", item))
+        else:
+            parts.append((part, None))
+    return parts
 
 
 def run_name(cfg: Config, overrides: list[str], today: date) -> str:

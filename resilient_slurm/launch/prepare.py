@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 
 from resilient_slurm.config import Config, ConfigError, flatten, to_dict
 from resilient_slurm.files import atomic_write, utc_stamp
-from resilient_slurm.launch.naming import ablation_group, run_name
+from resilient_slurm.launch.naming import ablation_group, digested, run_name
 from resilient_slurm.ledger import ConfigChanged, EventLog, Kind, read_events
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.rundir.identity import changed_keys, config_hash, identity, load_config, write_config
@@ -92,6 +92,9 @@ def prepare(cfg: Config, overrides: list[str], today: date | None = None,
         "run_id": uuid.uuid4().hex[:12], "name": run_dir.name, "experiment": cfg.run.experiment,
         "created": utc_stamp(), "config_hash": config_hash(cfg),
     }
+    # The values the name spells as digests (`sources-3f9c21`), whole.
+    if short := {part: o for part, o in digested(overrides).items() if part in run_dir.name}:
+        meta["name_digests"] = short
     if parent:
         meta["parent"] = parent
     if ablation:

@@ -10,6 +10,8 @@ import logging
 import threading
 from typing import Any, Protocol
 
+from resilient_slurm.console import LOG_ONLY
+
 log = logging.getLogger("resilient_slurm")
 
 
@@ -67,7 +69,7 @@ class GpuSampler:
             nvml.nvmlInit()
             handle = nvml.nvmlDeviceGetHandleByIndex(self.device_index)
         except Exception as e:  # noqa: BLE001 - no driver, no GPU, no library: run without GPU metrics
-            log.info("GPU metrics off: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
+            log.info("GPU metrics off: %s", str(e).splitlines()[0] if str(e) else type(e).__name__, extra=LOG_ONLY)
             return
         self._thread = threading.Thread(target=self._loop, args=(nvml, handle), name="gpu-metrics", daemon=True)
         self._thread.start()

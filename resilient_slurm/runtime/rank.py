@@ -27,7 +27,7 @@ from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.session import rejoin
 from resilient_slurm.session.heartbeat import Heartbeat
-from resilient_slurm.session.logs import setup_logging
+from resilient_slurm.session.logs import LOG_ONLY, setup_logging
 from resilient_slurm.errors import InputError
 from resilient_slurm.session.session import RunOutcome
 from resilient_slurm.process.signals import StopRequest, install_stop_handlers
@@ -59,7 +59,7 @@ def run(
     torch.set_num_threads(threads)
     if me.rank == 0:
         log.info("%d CPU thread(s) per rank (train.threads=%d; OMP_WAIT_POLICY=%s)", threads, cfg.train.threads,
-                 os.environ.get("OMP_WAIT_POLICY", "unset"))
+                 os.environ.get("OMP_WAIT_POLICY", "unset"), extra=LOG_ONLY)
     if cfg.entry:
         return _guarded(lambda: _entry(cfg, run_dir, me, context or {}, stop, on_hang), events, me)
     while True:
@@ -100,8 +100,14 @@ def _guarded(body: Callable[[], RunOutcome], events: EventLog, info: RankInfo) -
     except Exception as e:  # noqa: BLE001 - recorded in the ledger, then reported by exit status
         error = f"{type(e).__name__}: {e}"
         events.emit(ledger.Crash(error=error, traceback=traceback.format_exc(limit=8)), None)
-        log.exception("rank %d crashed", info.rank)
+        _log_crash(info.rank, e)
         return RunOutcome(ExitCode.FAILED, None, error=error)
+
+
+def _log_crash(rank: int, error: Exception) -> None:
+    """The traceback in the rank's log; on the console too unless a peer's death caused it (the
+    launcher names the rank that died, in one line)."""
+    log.exception("rank %d crashed", rank, extra=LOG_ONLY if rejoin.peer_gone(error) else None)
 
 
 def _entry(cfg: Config, run_dir: Path, info: RankInfo, context: dict[str, Any], stop: StopRequest,
@@ -139,7 +145,7 @@ def _train(cfg: Config, run_dir: Path, info: RankInfo, events: EventLog, stop: S
         if trainer is None:
             raise
         events.emit(ledger.Crash(error=error, traceback=traceback.format_exc(limit=8)), step)
-        log.exception("rank %d crashed", info.rank)
+        _log_crash(info.rank, e)
         return RunOutcome(ExitCode.FAILED, step, error=error)
     finally:
         if trainer is not None:

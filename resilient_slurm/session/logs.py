@@ -1,4 +1,6 @@
-"""Each rank's log: `logs/rank-N.log` in the run directory, and rank 0's lines on stdout too."""
+"""Each rank's log: `logs/rank-N.log` in the run directory, and rank 0's lines on stdout too, except
+those logged with `extra=LOG_ONLY` (details a user needs only when something went wrong: the thread
+count, why GPU metrics are off, a survivor's traceback after a peer died)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,10 @@ import logging
 import sys
 from pathlib import Path
 
+from resilient_slurm.console import LOG_ONLY, on_console
 from resilient_slurm.rundir import RunDir
+
+__all__ = ["LOG_ONLY", "setup_logging"]
 
 log = logging.getLogger("resilient_slurm")
 
@@ -21,7 +26,9 @@ def setup_logging(run_dir: Path, rank: int) -> None:
     fmt = logging.Formatter("%(asctime)s [rank %(rank)s] %(message)s", "%H:%M:%S")
     handlers: list[logging.Handler] = [logging.FileHandler(logs / f"rank-{rank}.log")]
     if rank == 0:
-        handlers.append(logging.StreamHandler(sys.stdout))
+        console = logging.StreamHandler(sys.stdout)
+        console.addFilter(on_console)
+        handlers.append(console)
     for h in handlers:
         h.setFormatter(fmt)
         h.addFilter(_RankFilter(rank))

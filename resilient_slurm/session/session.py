@@ -38,6 +38,7 @@ from resilient_slurm.checkpoint.memory import MemoryTierTooSmall
 from resilient_slurm.checkpoint.state import Snapshot, capture_snapshot, reseed_rng
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
+from resilient_slurm.console import LOG_ONLY
 from resilient_slurm.errors import InputError
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.files import utc_stamp
@@ -238,7 +239,7 @@ class Session:
         ranks = comm.all_gather_object((os.getpid(), os.uname().nodename, record.process_started(),
                                         getattr(comm, "setup_s", 0.0)))
         if comm.rank == 0:
-            log.info("run directory: %s", self.run_dir)
+            log.info("run directory: %s", self.run_dir, extra=LOG_ONLY)  # the launcher has said it
             self.events.emit(ledger.Start(world_size=comm.world_size, pid=os.getpid(), host=os.uname().nodename,
                                           process_started=ranks[0][2], pids=[r[0] for r in ranks],
                                           hosts=[r[1] for r in ranks], process_starts=[r[2] or "" for r in ranks],

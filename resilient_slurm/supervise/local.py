@@ -24,15 +24,17 @@ import sys
 import time
 from pathlib import Path
 
+from resilient_slurm.analysis.rank_ends import ending_line, resume_step
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.config import Config
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.health.oom_kill import judge_exit
 from resilient_slurm.health.oom_watch import OomWatch, memory_cgroup_dirs
 from resilient_slurm.files import utc_stamp
-from resilient_slurm.ledger import EventLog, ForcedExit, HostOom, RankExit, RanksKilled
+from resilient_slurm.ledger import EventLog, ForcedExit, HostOom, RankExit, RanksKilled, Stop, read_events, read_new_events, select
 from resilient_slurm.monitor.heartbeats import culprits
 from resilient_slurm.session.heartbeat import HEARTBEAT_ENV
+from resilient_slurm.session.rejoin import PEER_GONE
 from resilient_slurm.process.signals import FORCE_WINDOW_S, STOP_SIGNALS, Forwarder, forward_signals, stop_signals_held
 from resilient_slurm.supervise.hangs import record_silence
 from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
@@ -46,6 +48,8 @@ def run_local(cfg: Config, run_dir: Path) -> int:
     # Started before the ranks: only OOM kills after this count. Ranks start in this cgroup.
     kernel_log = cfg.health.kernel_log.replace("%n", os.uname().nodename) if cfg.health.kernel_log else None
     watch = OomWatch(memory_cgroup_dirs(), kernel_log)
+    ledger = RunDir(run_dir).events
+    since = ledger.stat().st_size if ledger.exists() else 0
     procs: list[subprocess.Popen] = []
     # A Ctrl-C meanwhile reaches every rank, once all exist. The monitor's thread is started inside
     # too, so that it inherits the block: the kernel hands a process's signal to any thread that
@@ -62,12 +66,24 @@ def run_local(cfg: Config, run_dir: Path) -> int:
                                           env=env, preexec_fn=_die_with_parent))
         forwarder = forward_signals(STOP_SIGNALS, lambda signum: _forward(procs, signum))
     try:
-        codes = _supervise(procs, cfg.cluster.kill_grace_s, EventLog(RunDir(run_dir).events, rank=-1), watch,
-                           forwarder, monitor, run_dir)
+        codes = _supervise(procs, cfg.cluster.kill_grace_s, EventLog(ledger, rank=-1), watch, forwarder, monitor,
+                           run_dir, since)
     finally:
         if monitor is not None:
             monitor.close()
-    return combine_exit_codes(codes)
+    code = combine_exit_codes(codes)
+    if code == ExitCode.FAILED:
+        say_how_it_ended(ledger, since, n)
+    return code
+
+
+def say_how_it_ended(ledger: Path, since: int, ranks: int) -> None:
+    """One line on the console for a failed run: the rank that ended it, how, and where a relaunch
+    resumes; each rank's traceback stays in its log (`since`: where this launch's events begin)."""
+    line = ending_line(read_new_events(ledger, since)[0], ranks, resume_step(read_events(ledger)),
+                       lambda error: any(m in error for m in PEER_GONE))
+    if line:
+        print(line, file=sys.stderr, flush=True)
 
 
 def combine_exit_codes(codes: list[int]) -> int:
@@ -83,14 +99,15 @@ def combine_exit_codes(codes: list[int]) -> int:
 
 def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, watch: OomWatch,
                forwarder: Forwarder | None = None, monitor: HeartbeatMonitor | None = None,
-               run_dir: Path | None = None) -> list[int]:
-    """Until every rank has exited; a rank the heartbeats find silent ends them all, as a hang."""
+               run_dir: Path | None = None, since: int = 0) -> list[int]:
+    """Until every rank has exited; a rank the heartbeats find silent ends them all, as a hang.
+    `since`: where this launch's events begin in the ledger."""
     deadline: float | None = None
     reported: set[int] = set()
     killed: set[int] = set()  # ranks this launcher SIGKILLed itself: no OOM killer took them
     while True:
         if forwarder is not None and forwarder.forced_at is not None:
-            return _exit_at_once(procs, forwarder, events)
+            return _exit_at_once(procs, forwarder, events, since)
         codes = [p.poll() for p in procs]
         for rank, code in enumerate(codes):
             if code is not None and code not in (ExitCode.DONE, ExitCode.RESUME) and rank not in reported:
@@ -136,8 +153,10 @@ def _forward(procs: list[subprocess.Popen], signum: int) -> None:
     _signal_all(procs, signum)
 
 
-def _exit_at_once(procs: list[subprocess.Popen], forwarder: Forwarder, events: EventLog) -> list[int]:
-    """A second Ctrl-C: the ranks are killed without a save, which the ledger records."""
+def _exit_at_once(procs: list[subprocess.Popen], forwarder: Forwarder, events: EventLog, since: int) -> list[int]:
+    """A second Ctrl-C: the ranks still running are killed, which the ledger records. What is said
+    is what happened: the first Ctrl-C's save may have finished already (the ranks were shutting
+    down), and then the run exits as a stop does, 75, to resume from that save."""
     running = [rank for rank, p in enumerate(procs) if p.poll() is None]
     _signal_all(procs, signal.SIGKILL)
     for p in procs:
@@ -145,6 +164,11 @@ def _exit_at_once(procs: list[subprocess.Popen], forwarder: Forwarder, events: E
     assert forwarder.interrupted_at is not None and forwarder.forced_at is not None
     events.emit(ForcedExit(first=utc_stamp(forwarder.interrupted_at), second=utc_stamp(forwarder.forced_at),
                            ranks=running), None)
+    saved = [e for e in select(read_new_events(events.path, since)[0], Stop) if e.details.checkpoint]
+    if saved:
+        print(f"resilient_slurm: second Ctrl-C: stopped at once; the emergency save of step {saved[-1].step} had "
+              f"already finished, so launch again to resume from it", file=sys.stderr, flush=True)
+        return [ExitCode.RESUME] * len(procs)
     print("resilient_slurm: second Ctrl-C: stopped at once, without saving; launch again to resume from the "
           "newest checkpoint", file=sys.stderr, flush=True)
     return [ExitCode.INTERRUPTED] * len(procs)

@@ -21,7 +21,10 @@ from resilient_slurm.sweep.study import StudyError
 
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print(cli.USAGE)
+        from resilient_slurm.launch.help import topic
+
+        print(cli.USAGE + "\n\n" + cli.GUIDE + "\nEvery sweep.* key (python -m resilient_slurm.launch --help KEY for "
+              "any other):\n" + (topic("sweep") or ""), end="")
         return ExitCode.DONE
     plan = cli.parse(argv)
     if plan is None:

@@ -26,6 +26,33 @@ EVERY_STEP = ("loss", "lr", "grad_norm", "tokens", "tokens_per_s", "samples_per_
 USAGE = ("usage: python -m resilient_slurm.sweep +experiment=NAME [sweep=grid|random|optuna|asha|pbt] "
          "[sweep.trials=N] [sweep.parallel=P] [key=value ...] 'KEY=SPACE' ...\n"
          "  SPACE: choice(a,b,...) | range(start,stop[,step]) | interval(low,high) | tag(log,interval(low,high))")
+GUIDE = """\
+A search whose trials are ordinary runs (<study>-NNN beside the others in experiments/<experiment>/):
+every argument that is not a search space composes the trials' config exactly as launch does.
+
+Search spaces, in Hydra's override grammar (quote them for the shell):
+  'optim.lr=choice(1e-4,3e-4)'             the listed values (or optim.lr=1e-4,3e-4)
+  'train.seed=range(1,4)'                  1, 2, 3
+  'optim.weight_decay=interval(0.0,0.2)'   uniform; an integer key searches integers
+  'optim.lr=tag(log,interval(1e-5,1e-3))'  log-uniform
+
+Strategies (sweep=...):
+  grid     every point, in order (sweep.trials=0 runs them all)
+  random   sweep.trials random points
+  optuna   TPE, with the median pruner stopping trials that fall behind (sweep.pruner=...)
+  asha     trials pause at rungs (sweep.min_steps, then x sweep.reduction_factor) and resume when promoted
+  pbt      a population of sweep.trials: every sweep.interval_steps the bottom sweep.quantile copies a
+           top member's checkpoint and goes on with perturbed values
+
+The objective is a column of the trials' metrics.jsonl (sweep.metric=val_loss, the default, needs
+eval.every_steps). cluster=slurm makes each trial a Slurm job; sweep.controller=slurm runs the
+controller itself as a small requeueable job. The same command resumes a stopped or killed study.
+
+Examples:
+  python -m resilient_slurm.sweep +experiment=tiny_sft sweep=grid 'optim.lr=choice(1e-4,3e-4)' 'train.seed=range(1,4)'
+  python -m resilient_slurm.sweep +experiment=tiny_sft sweep=asha sweep.trials=27 sweep.min_steps=30 \\
+      eval.every_steps=30 'optim.lr=tag(log,interval(1e-5,1e-2))'
+"""
 
 
 class SweepError(ValueError):

@@ -3,8 +3,8 @@
 off, a `NullTracker`.
 
 `metrics.jsonl` is written whatever the tracker, so no tracking server is needed to see a run.
-Neither backend's package is a dependency: each is an extra (`resilient-slurm[wandb]`, `[mlflow]`),
-imported only by its sink.
+wandb, the default, is a dependency; MLflow is an extra (`resilient-slurm[mlflow]`). Each is imported
+only by its sink, and a run whose tracker cannot start trains on untracked, saying so in one line.
 
 Modules:
     base           the Tracker protocol, the NullTracker, the Table type, the dashboard names
@@ -32,8 +32,9 @@ log = logging.getLogger("resilient_slurm")
 # From most to least private; WANDB_MODE's legacy spellings mean the same as the names beside them.
 _PRIVACY = ("disabled", "offline", "online")
 _ALIASES = {"dryrun": "offline", "run": "online"}
-# The module each backend imports; the extra that installs it has the backend's name.
+# The module each backend imports, and how to install it (MLflow's client is an extra of ours).
 _PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
+_INSTALL = {"wandb": "pip install wandb", "mlflow": "pip install 'resilient-slurm[mlflow]'"}
 
 
 def effective_mode(configured: str, env: str | None) -> str:
@@ -46,13 +47,14 @@ def effective_mode(configured: str, env: str | None) -> str:
 
 
 def package_problem(cfg: Config) -> str | None:
-    """One config-error line when tracking is on and its backend's package is not installed (the
-    launcher refuses the run before anything is queued); None when it is, or tracking is off."""
+    """One config-error line when the run asks for MLflow, an extra, and it is not installed (the
+    launcher refuses the run before anything is queued); None otherwise. A missing wandb, the
+    default and a dependency, is no reason to refuse: the run trains untracked (`open_tracker`)."""
     backend = cfg.tracking.backend
-    if backend not in _PACKAGES or cfg.tracking.mode == "disabled" or _installed(_PACKAGES[backend]):
+    if backend != "mlflow" or cfg.tracking.mode == "disabled" or _installed(_PACKAGES[backend]):
         return None
-    return (f"tracking.backend: {backend} is not installed; pip install 'resilient-slurm[{backend}]', "
-            f"or set tracking.backend=none (metrics.jsonl still has every step)")
+    return (f"tracking.backend: {backend} is not installed; {_INSTALL[backend]}, or set tracking.backend=none "
+            f"(metrics.jsonl still has every step)")
 
 
 def _installed(module: str) -> bool:
@@ -90,7 +92,7 @@ def open_tracker(cfg: Config, run_dir: Path, rank: int) -> Tracker:
         return CommittedHistory(sink, run_dir, folder / MARK, on_disk)
     except Exception as e:  # noqa: BLE001 - a missing package or API key, a network failure, a broken run directory
         if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == _PACKAGES[backend]:
-            why = f"{backend} is not installed (pip install 'resilient-slurm[{backend}]')"
+            why = f"{backend} is not installed ({_INSTALL[backend]})"
         else:
             why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         log.warning("%s (%s) did not start: %s; tracking is off for this attempt, metrics.jsonl has every step",

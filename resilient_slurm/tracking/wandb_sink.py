@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from resilient_slurm.config import Config, to_dict
+from resilient_slurm.console import LOG_ONLY
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.tracking import wandb_files
 from resilient_slurm.tracking.base import DASHBOARD_KEYS, Table, run_group
@@ -66,9 +67,15 @@ class WandbSink:
             project=cfg.tracking.project or cfg.run.experiment, entity=cfg.tracking.entity,
             name=run_dir.name, group=run_group(cfg, meta), job_type="train",
             tags=list(cfg.tracking.tags), config={**to_dict(cfg), "run_record": record},
-            # Our own loggers own stdout; wandb's console capture would wrap it.
-            settings=wandb.Settings(console="off", quiet=True),
+            # Our own loggers own stdout; wandb's console capture would wrap it. Its banner (offline
+            # mode, where the files are, `wandb leet`) is said once below, in the log.
+            settings=wandb.Settings(console="off", quiet=True, silent=True),
         )
+        if mode == "online":
+            log.info("wandb: %s", run.url)
+        else:
+            log.info("wandb: %s run %s in %s (upload later with wandb sync; python -m resilient_slurm.report prints "
+                     "the command)", mode, run.id, run.dir, extra=LOG_ONLY)
         # Reading the segments back is cheap (about 0.1 s per 5,000 logged steps here).
         on_disk = (lambda: _highest_step_on_disk(RunDir(run_dir).wandb, meta["run_id"])) if mode == "offline" else None
         sink = cls(run, lambda t: wandb.Table(columns=list[str | int](t.columns), data=t.rows), on_disk)

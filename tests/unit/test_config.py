@@ -245,3 +245,15 @@ def test_tracking_backend_and_uri(overrides, problem):
     with pytest.raises(ConfigError) as err:
         to_config(composed("+experiment=tiny_sft", *overrides))
     assert str(err.value) == problem
+
+
+def test_mixture_weights_that_do_not_sum_to_1_are_normalised_and_said():
+    """Issue 27, item 11: 0.7 + 0.7 trained half and half without a word. The decision: weights are
+    relative, and the run's first log line (the data summary) says the shares and the normalising."""
+    from resilient_slurm.config import SourceConfig
+
+    cfg = Config()
+    cfg.data.sources = [SourceConfig("web", "/x", 0.7), SourceConfig("code", "/y", 0.7)]
+    assert cfg.data.mixture() == "web 50%, code 50% (weights 0.7 + 0.7 = 1.4, normalised to shares of 1)"
+    cfg.data.sources = [SourceConfig("prose", "/x", 0.7), SourceConfig("math", "/y", 0.3)]
+    assert cfg.data.mixture() == "prose 70%, math 30%"

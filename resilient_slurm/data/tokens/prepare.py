@@ -10,34 +10,21 @@ scan, held-out windows and the epochs its budget (train.max_steps or train.max_t
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
-from resilient_slurm.config import Config, SourceConfig, explicit_keys, register_schema, to_config, to_dict
+from resilient_slurm.config import Config, SourceConfig, explicit_keys, to_config, to_dict
 from resilient_slurm.data.tokens.token_data import open_token_data
-
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 
 
 def compose(overrides: list[str]) -> Config:
-    """The config `python -m resilient_slurm.launch OVERRIDES` would run (ConfigError if invalid)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-
+    """The config `python -m resilient_slurm.launch OVERRIDES` would run, checked as launch checks it
+    (ConfigError, one line per problem)."""
+    from resilient_slurm.config.composer import check_overrides
+    from resilient_slurm.config.composer import compose as compose_tree
     from resilient_slurm.model.pretrained import apply_pretrained
 
-    register_schema()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            composed = hydra_compose("config", overrides=overrides)
-    except HydraException as e:
-        raise ValueError(f"{str(e).splitlines()[0]}; check the key=value arguments") from None
-    tree = OmegaConf.to_container(composed, resolve=False)
-    assert isinstance(tree, dict)
-    return to_config({str(k): v for k, v in tree.items() if k != "hydra"}, explicit_keys(overrides),
-                     resolve_model=apply_pretrained)
+    check_overrides(overrides)
+    return to_config(compose_tree(overrides), explicit_keys(overrides), resolve_model=apply_pretrained)
 
 
 def config_from_flags(sources: list[str], values: dict[str, Any]) -> Config:

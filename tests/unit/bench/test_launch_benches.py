@@ -23,7 +23,7 @@ def test_the_quick_start_bench_runs_at_a_toy_size(tmp_path):
     assert "| condition | median wall s | runs (s) | target |" in lines
     assert any(line.startswith("| idle | ") for line in lines) and any(line.startswith("| loaded | ") for line in lines)
     assert any(line.startswith("| loaded / idle | ") for line in lines)
-    assert "train.threads=0" in done.stdout  # the run's own line: the default thread count was used
+    assert "train.threads=0" in done.stdout  # the run's own log line: the default thread count was used
     assert out.read_text().count('"steps": 3') == 2
 
 
@@ -31,5 +31,6 @@ def test_the_latency_bench_runs_once_each():
     done = subprocess.run([sys.executable, str(BENCH / "cli_latency.py"), "--repeats", "1"], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    for name in ("python -c pass", "launch --help", "launch (bare)", "launch +experiment=tiny_sft optim.lrr=1e-3"):
+    for name in ("python -c pass", "launch --help", "launch (bare)", "launch +experiment=tiny_sft optim.lrr=1e-3",
+                 "export --help", "evaluate --help"):
         assert any(line.startswith(f"| {name} | ") for line in done.stdout.splitlines()), name

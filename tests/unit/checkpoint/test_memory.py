@@ -5,7 +5,6 @@ The tier's directory is under the test's tmp_path (a disk, not tmpfs): the code 
 
 import errno
 import threading
-import time
 
 import pytest
 import torch
@@ -78,9 +77,7 @@ def gated_writes(monkeypatch):
 def test_a_memory_save_returns_before_its_copy_and_commits_in_host_memory(tmp_path, run_dir, gated_writes):
     cp = make(run_dir, config(tmp_path))
     assert cp.memory_due(3) and not make(run_dir, CheckpointConfig()).memory_due(3)
-    start = time.perf_counter()
-    blocking = cp.save_memory(3, snapshot(3))
-    assert time.perf_counter() - start < 5 and blocking < 5  # the copy is still held back
+    cp.save_memory(3, snapshot(3))  # returns while the copy's writes are still held back by the gate
     assert not ledger(run_dir, "memory_save")
     gated_writes.set()
     cp.close()

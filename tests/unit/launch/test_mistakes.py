@@ -88,6 +88,25 @@ MISTAKES = [
                                                      "not permitted); set run.root to a directory you can write"),
     ([T, "run.root={file}/below"], CE + "run.root: cannot write to {file}/below (Not a directory); set run.root to a "
                                         "directory you can write"),
+    # issue 27, items 10-12: a benchmark's extra, a silent reading, Hydra's own words
+    ([T, "eval.harness.tasks=[tiny_mmlu]", "eval.harness.every_steps=100"],
+     CE + "eval.harness.tasks: benchmarks (tiny_mmlu) need lm-eval, which is not installed; pip install "
+          "'resilient-slurm[eval]', or leave eval.harness.tasks empty"),
+    ([T, "data.val_samples=2.0"], CE + "data.val_samples: 2.0 is ambiguous; write 2 to hold out 2 conversations, or a "
+                                       "share below 1 (0.05 for 5%)"),
+    ([T, "train.max_steps=-5"], CE + "train.max_steps: -5; set it to 1 or more"),
+    (["--config-dir", "{own}", "entry=own_loop.train:main", "+own=default", "own.lrr=1e-3"],
+     CE + "own.lrr: not a key of own (did you mean own.lr?); write +own.lrr=VALUE to add a key of your own"),
+    ([T, "+train.max_steps=5"], CE + "+train.max_steps=5: train.max_steps is a key of the config already; drop the + "
+                                     "(write train.max_steps=5)"),
+    (["++experiment=tiny_sft"], CE + "++experiment=tiny_sft: a config group takes one + at most; write "
+                                     "+experiment=tiny_sft"),
+    ([T, "+++optim.lr=1"], CE + "+++optim.lr=1: too many + or ~; write KEY=VALUE to set a key, +KEY=VALUE to add one "
+                                "of your own, ~KEY to remove one"),
+    # `data.sources=[{name:web,path:/x,weight:1}]` unquoted: bash's brace expansion makes three arguments
+    (["+experiment=tiny_pretrain", "data.sources=[name:web]", "data.sources=[path:/x]", "data.sources=[weight:1]"],
+     CE + "data.sources=[name:web]: the shell took this value's braces apart (brace expansion); quote the whole "
+          "override: 'data.sources=[{name:web,path:/data/tok/web,weight:0.7},...]'"),
     # the command line itself
     ([T, "--cfg", "job"], E + "--cfg: not an option of launch; it takes -m, --config-dir DIR, --help and KEY=VALUE "
                               "overrides"),
@@ -98,10 +117,13 @@ MISTAKES = [
 
 
 @pytest.mark.parametrize("argv, expected", MISTAKES, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
-def test_each_mistake_is_one_line_naming_it_and_the_fix_and_exit_status_2(argv, expected, tmp_path, capsys):
+def test_each_mistake_is_one_line_naming_it_and_the_fix_and_exit_status_2(argv, expected, tmp_path, capsys,
+                                                                          monkeypatch):
     file = tmp_path / "file"
     file.write_text("")
-    argv = [a.replace("{file}", str(file)) for a in argv]
+    if any(a.startswith("eval.harness.tasks=") for a in argv):
+        monkeypatch.setitem(sys.modules, "lm_eval", None)  # lm-eval made unimportable, as if not installed
+    argv = [a.replace("{file}", str(file)).replace("{own}", str(REPO / "examples" / "own_loop" / "conf")) for a in argv]
     root = [] if any(a.startswith("run.root=") for a in argv) else [f"run.root={tmp_path / 'root'}"]
     code = main(argv + root)
     captured = capsys.readouterr()
@@ -113,6 +135,58 @@ def test_each_mistake_is_one_line_naming_it_and_the_fix_and_exit_status_2(argv, 
 
 def test_there_are_at_least_thirty_of_them():
     assert len(MISTAKES) >= 30
+
+
+# Issue 27's items 11-13 beyond launch: each command's one line (stdout or stderr) and exit status.
+# {dir} is an empty directory: no checkpoint, no tokenizer.
+OTHER_COMMANDS = [
+    ([str(REPO / "tools" / "xid_scan"), "exclude", "list", "--file", "{dir}/exclude.json"], 2, "err",
+     "xid_scan exclude: {dir}/exclude.json: no such file; give the exclude list's path (cluster.exclude_file; "
+     "`xid_scan exclude add` creates it)"),
+    ([sys.executable, "-m", "resilient_slurm.checkpoint", "verify", "{dir}"], 2, "out",
+     "not a checkpoint: {dir}: no manifest.json and no model*.safetensors in it; give a checkpoint directory (a run's "
+     "checkpoints/step_NNNNNNNN), or the run directory to list them"),
+    ([sys.executable, "-m", "resilient_slurm.data", "tokenize", "--input", "{dir}/in.jsonl", "--output-prefix",
+      "{dir}/tok", "--tokenizer", "{dir}"], 2, "err",
+     "resilient_slurm: tokenize: --tokenizer {dir}: no tokenizer.json there; give a Hugging Face model directory that "
+     "has tokenizer.json"),
+]
+
+
+@pytest.mark.parametrize("argv, status, stream, expected", OTHER_COMMANDS, ids=lambda v: v[2] if isinstance(v, list) else None)
+def test_the_other_commands_mistakes_are_one_line_each(argv, status, stream, expected, tmp_path):
+    argv = [a.replace("{dir}", str(tmp_path)) for a in argv]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == status, done.stdout + done.stderr
+    assert (done.stdout if stream == "out" else done.stderr) == expected.replace("{dir}", str(tmp_path)) + "\n"
+
+
+def test_evaluate_without_lm_eval_is_one_line(tmp_path):
+    """lm-eval made unimportable (a None in sys.modules, as if not installed) in the fresh interpreter
+    that runs `python -m resilient_slurm.evaluate`: one line, exit 2, not two tracebacks."""
+    code = ("import sys; sys.modules['lm_eval'] = None\n"
+            "from resilient_slurm.evaluate.__main__ import main\n"
+            f"sys.exit(main([{str(tmp_path)!r}, '--step', '50', '--tasks', 'tiny_mmlu']))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "evaluate: lm-eval is not installed; pip install 'resilient-slurm[eval]'\n"
+
+
+@pytest.mark.parametrize("argv, whole", [
+    (["resilient_slurm.data", "--help"], "Exit status: 0 done; 2 bad input or arguments, one line naming the file or "
+                                         "key and the fix."),
+    (["resilient_slurm.data", "prepare", "--help"], "Prints one line per source"),
+    (["resilient_slurm.export", "--help"], "Exit status: 0 written, 1 the checkpoint or the export failed, 2 usage."),
+    (["resilient_slurm.evaluate", "--help"], "Exit status: 0 scored, 1 the evaluation failed (twice), 2 usage or "
+                                             "lm-eval not installed."),
+    (["resilient_slurm.sweep", "--help"], "sweep.poll_s=10.0"),
+])
+def test_help_exits_0_and_is_whole(argv, whole):
+    """Issue 27, item 13: `data --help` exited 2; export's and evaluate's stopped mid-sentence (the
+    first line of their docstring); prepare's and sweep's were too thin to use."""
+    done = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert whole in done.stdout, done.stdout
 
 
 def test_mistakes_come_before_torch_is_imported():

@@ -43,7 +43,10 @@ def test_a_signal_held_while_a_process_starts_is_recorded_once_it_handles_them()
     child = ("import os, signal, sys, time\n"
              "from resilient_slurm.process.signals import install_stop_handlers\n"
              "sys.stdout.write('ready\\n'); sys.stdout.flush()\n"
-             "time.sleep(0.5)  # the parent signals meanwhile: a Python process would die of KeyboardInterrupt\n"
+             # Until the parent's SIGINT is pending here (held by the inherited block): without the block a
+             # Python process would die of KeyboardInterrupt before its handlers exist.
+             "while signal.SIGINT not in signal.sigpending():\n"
+             "    time.sleep(0.01)\n"
              "stop = install_stop_handlers()\n"
              "print(stop.signal_name)\n")
     code = ("import signal, subprocess, sys\n"

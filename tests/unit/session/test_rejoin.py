@@ -70,17 +70,16 @@ def test_the_instruction_is_read_back_whole_and_a_waiting_rank_beats_until_it_co
     beats = []
     writer = threading.Timer(0.3, rejoin.write_instruction, (tmp_path, "55", 0, word))
     writer.start()
-    began = time.monotonic()
     got = rejoin.await_instruction(path, 10.0, lambda: beats.append(1))
     writer.join()
-    assert got == word and time.monotonic() - began < 5.0
+    assert got == word  # the word, not the 10 s timeout's None
     assert len(beats) >= 3  # it kept beating while it waited: a survivor waiting is not hung
 
 
 def test_no_word_within_the_timeout_is_none(tmp_path):
     began = time.monotonic()
     assert rejoin.await_instruction(rejoin.instruction_path(tmp_path, "1", 0, 1), 0.3) is None
-    assert 0.3 <= time.monotonic() - began < 3.0
+    assert time.monotonic() - began >= 0.3  # it waited the whole timeout
 
 
 def test_a_standby_is_woken_into_the_generation_the_driver_names(tmp_path):

@@ -64,6 +64,5 @@ def test_dismissed_standbys_exit_and_leave_their_nodes_free():
     pool.start(fake_srun({"n3": 5}), ["n3"], 2)
     named(pool, 2)
     procs = [s.proc for s in pool.pool.sruns]
-    began = time.monotonic()
     pool.dismiss("77")
-    assert [p.returncode for p in procs] == [0, 0] and time.monotonic() - began < 5
+    assert [p.returncode for p in procs] == [0, 0]  # their SIGTERM handler's status: dismissed, not killed
