@@ -92,6 +92,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient_slurm.checkpoint.async_save import AsyncSaver  # noqa: E402
+from resilient_slurm.checkpoint.exchange import agree  # noqa: E402
 from resilient_slurm.checkpoint.load import load_into  # noqa: E402
 from resilient_slurm.checkpoint.memory import MemoryTier  # noqa: E402
 from resilient_slurm.checkpoint.nodes import Spread  # noqa: E402

@@ -13,7 +13,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "resilient_slurm"
 
 # Decisions, parsers, catalogs and layouts: they take data and return data.
-PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goodput.py", "analysis/rank_ends.py",
+PURE = ["monitor/detectors.py", "monitor/replay.py", "recovery.py", "launch/naming.py", "analysis/goodput.py",
+        "analysis/rank_ends.py",
         "slurm/env.py", "tracking/history.py", "checkpoint/layout.py", "checkpoint/chunks.py", "checkpoint/plan.py",
         "checkpoint/names.py",
         "checkpoint/manifest.py", "checkpoint/policy.py", "checkpoint/retention.py", "checkpoint/crc32.py",
@@ -21,7 +22,7 @@ PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goo
         "health/xid_catalog.py",
         "health/kernel_log.py", "health/verdict.py", "slurm/placement.py", "slurm/srun.py", "slurm/step_end.py",
         "simulate/failures.py",
-        "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py",
+        "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py", "simulate/saving.py", "simulate/partial.py", "simulate/published.py",
         "simulate/results.py", "simulate/report.py", "simulate/bench.py", "simulate/scaling.py",
         "simulate/memory.py", "data/chat/format.py", "data/packing.py",
         "data/chat/tiny.py", "export/hf_layout.py", "model/families.py", "data/chat/split.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",

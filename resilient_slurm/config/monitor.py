@@ -132,6 +132,14 @@ class MonitorConfig:
     """Global batches skipped after the restored checkpoint (PaLM skipped 200-500)."""
     rollback_lr_factor: float = 1.0
     """Multiply the learning rate by this at each rollback (1 keeps it)."""
+    replay_verify: bool = True
+    """After a restart, compare each recomputed step's loss with the value logged before the failure
+    (`metrics-lost.jsonl`), bit for bit: a difference means the restored state or the machine is
+    wrong (`monitor/replay.py`). On a GPU only with train.deterministic=true."""
+    replay_max_fallbacks: int = 2
+    """On a difference, set the copy that served aside and load the next (tier, then older
+    checkpoint), at most this many times per attempt; a difference after that drains the node when
+    the run's persistent differences narrow to one, and otherwise stops comparing."""
     rss_every_steps: int = 10
     """Read each rank's resident host memory every N steps, for the leak detector (0 disables)."""
     leak_window: int = 30
@@ -161,6 +169,8 @@ class MonitorConfig:
                "monitor.heartbeat_factor: must be >= 0, monitor.heartbeat_alive_s > 0 and monitor.flight_recorder "
                ">= 0; fix the value")
         p.extend_new(mon.straggler.problems())
+        p.need(mon.replay_max_fallbacks >= 0,
+               f"monitor.replay_max_fallbacks: {mon.replay_max_fallbacks}; set it >= 0 (0: never fall back)")
         p.need(mon.rss_every_steps >= 0 and mon.leak_window >= 3 and mon.leak_mb_per_step >= 0,
                "monitor.rss_every_steps: must be >= 0, monitor.leak_window >= 3 and monitor.leak_mb_per_step >= 0 "
                "(0 disables); fix the value")

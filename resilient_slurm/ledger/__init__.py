@@ -11,7 +11,7 @@ Modules:
     launch_events   submitted, attempt, start, data ready and phases, resume, config adjusted [pure]
     save_events     saves, their failures, emergency plans, retention, copies, the interval   [pure]
     fault_events    anomalies, rollbacks, signals, forced exits, crashes, OOM, hangs, stragglers,
-                    restarts                                                                 [pure]
+                    restarts, replays                                                        [pure]
     sweep_events    a search's study ledger and a trial's own                                 [pure]
     eval_events     benchmark evaluations beside training: launched, done, failed             [pure]
     log             the writer (EventLog) and the readers (read_events, read_new_events, select)
@@ -70,6 +70,8 @@ from resilient_slurm.ledger.fault_events import (
     Requeue,
     RestartInAllocation,
     NodeUnhealthy,
+    ReplayChecked,
+    ReplayMismatch,
     RankExit,
     RanksKilled,
 )
@@ -107,7 +109,7 @@ __all__ = [
     "ColdCopyCancelled", "ColdCopyDeferred", "ColdCopyFailed", "ColdRetention", "ColdRetentionFailed",
     "ConfigAdjusted", "ConfigChanged", "Crash", "DataPhase", "DataReady", "Details", "SourceEpoch", "SourceExhausted", "EmergencyPlan", "EvalDone", "EvalFailed", "EvalLaunched", "Event", "EventLog",
     "Exploit", "Explore", "Exported", "FAILURES", "Finish", "ForcedExit", "GaveUp", "Hang", "HostOom", "PeerLost", "Kind", "MemorySave", "LEDGER_FILE",
-    "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "Requeue",
+    "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "ReplayChecked", "ReplayMismatch", "Requeue",
     "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",
     "SaveSkipped", "Signal", "StacksDumped", "Start", "Stop", "Straggler", "Submitted", "SweepStarted", "TrialFailed",
     "TrialFinished", "TrialLaunched", "TrialPaused", "TrialPromoted", "TrialPruned", "Unknown", "parse",

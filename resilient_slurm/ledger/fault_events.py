@@ -283,6 +283,42 @@ class NodeUnhealthy(Details):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReplayMismatch(Details):
+    """A step recomputed after a restart did not reproduce the value logged before the failure
+    (`monitor.replay`): the restored state or the machine is wrong."""
+
+    KIND = Kind.REPLAY_MISMATCH
+    metric: str
+    expected: float
+    """The value `metrics-lost.jsonl` holds for the step (computed before the failure)."""
+    got: float
+    checkpoint: str
+    """The checkpoint the state came from ..."""
+    source: str
+    """... and its tier (memory, buddy, hot, cold; peers on a node-local tier)."""
+    nodes: list[str]
+    """The nodes that restored and recomputed it (a loss is global: any of them)."""
+    action: str
+    """fallback (the copy set aside, the next loaded), drain (the one suspect node), or continue."""
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayChecked(Details):
+    """The steps a restart recomputed, compared with the values logged before the failure: all
+    equal (`compared` of them, `first` to the event's step), or not compared (`not_compared`)."""
+
+    KIND = Kind.REPLAY_CHECKED
+    compared: int
+    first: int | None
+    checkpoint: str
+    source: str
+    fallbacks: int = 0
+    """Differences found (and fallen back from) before these matched."""
+    not_compared: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class RankExit(Details):
     """A local rank exited abnormally (the local launcher writes it)."""
 

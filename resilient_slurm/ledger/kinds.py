@@ -57,6 +57,8 @@ class Kind(str, Enum):
     REQUEUE = "requeue"
     RESTART_IN_ALLOCATION = "restart_in_allocation"
     NODE_UNHEALTHY = "node_unhealthy"
+    REPLAY_MISMATCH = "replay_mismatch"
+    REPLAY_CHECKED = "replay_checked"
     RANK_EXIT = "rank_exit"
     RANKS_KILLED = "ranks_killed"
     CONFIG_ADJUSTED = "config_adjusted"

@@ -13,5 +13,7 @@ Modules, from the session outwards:
     sections     the step's sections (data, forward, backward, optimizer, collective wait)
     watchdog     a thread that catches a hung step and dumps every rank's stacks
     rejoin       a survivor of a peer's death waits for the driver's word and goes on in its process
+    replay       after a restart, each recomputed step's loss against its value before the failure;
+                 a difference sets the copy aside and falls back (monitor/replay.py decides)
     logs         each rank's log file, and rank 0's stdout
 """

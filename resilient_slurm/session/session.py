@@ -52,6 +52,7 @@ from resilient_slurm.session import rejoin
 from resilient_slurm.session.context import RankContext, RunOutcome, current
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.session.heartbeat import Heartbeat
+from resilient_slurm.session.replay import ReplayVerification
 from resilient_slurm.session.logs import setup_logging
 from resilient_slurm.session.sections import StepSections
 from resilient_slurm.session.resume import Registered, Stateful, load_newest
@@ -92,6 +93,7 @@ class Session:
                                   ExitCode.FAILED)
         self._gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
         self._heartbeat = Heartbeat.from_env(comm.rank, rejoin.generation())
+        self._replay = ReplayVerification(cfg, comm, events, self._checkpointer)
         self._progress = Progress()
         self._tracked_through = -1
         self._stopped = False
@@ -173,13 +175,13 @@ class Session:
             self._come_back(restored.train_state)
         self._checkpointer.restart_clock(step)
         self._last_end = time.perf_counter()
-        if self._metrics:
-            self._metrics.truncate_after(step)
+        moved = self._metrics.truncate_after(step) if self._metrics else []
         if restored is not None and self._comm.rank == 0:
             self._events.emit(ledger.Resume(checkpoint=str(restored.path), has_optimizer=restored.has_optimizer,
                                             source=restored.source, saved_world_size=restored.saved_world_size,
                                             seconds=round(load_s, 3)), step)
             log.info("resumed from %s (step %d)", restored.path, step)
+        self._replay.arm(restored, moved, self._checkpointer.ledger)
         return restored.train_state if restored else None
 
     def steps(self, max_steps: int) -> Iterator[int]:
@@ -209,6 +211,8 @@ class Session:
         # time since the last step ended.
         row.setdefault("step_seconds", time.perf_counter() - self._last_end)
         self._pending_tokens = int(row.get("tokens", 0) or 0)
+        if self._metrics and not self._replay.check(step, row):
+            return  # a recomputed step that differs: in the replay_mismatch event, never in the metrics
         if self._metrics:
             self._metrics.append(row)
         self._tracker.log(step, row)
@@ -222,7 +226,10 @@ class Session:
         step_s, self._last_end = now - self._last_end, now
         self.advance(step, self._pending_tokens, step_s)
         self._pending_tokens = 0
-        return self.after_step(step, self.sync(step, step_s))
+        sync = self.sync(step, step_s)
+        if sync.replay_mismatch:
+            self._replay.decide(step, in_process=False)
+        return self.after_step(step, sync)
 
     def save(self, step: int, reason: str = "requested") -> None:
         """Save `step` now (every rank, at the same step), besides what the policies save."""
@@ -289,6 +296,7 @@ class Session:
                                            hosts=[r[1] for r in ranks], process_starts=[r[2] or "" for r in ranks],
                                            rendezvous_s=round(max(r[3] for r in ranks), 3)), 0)
             record.record_attempt(self.run_dir, comm.world_size, data=data)
+        self._replay.hosts = sorted({r[1] for r in ranks})
         self.announce("start")
         if self._cfg.monitor.enabled:
             self._watchdog.start()
@@ -298,7 +306,7 @@ class Session:
         """The step's one all-reduce: every rank learns whether any rank must stop."""
         c = self._comm
         values = StepSync.encode(self._stop.requested, c.rank == 0 and self._checkpointer.time_due(), c.rank,
-                                 c.world_size, compute_s, wait_s)
+                                 c.world_size, compute_s, wait_s, self._replay.pending)
         return StepSync.decode(c.sum_floats(values), c.world_size)
 
     def advance(self, step: int, tokens: int, step_s: float) -> None:
@@ -313,6 +321,7 @@ class Session:
         """Hand committed steps to the tracker; then a stop request (True: saved, stop now), or a
         save a policy asks for. Nothing is saved at `last_step`: the final save follows."""
         self.commit()  # a background save may have committed since the last step
+        self._replay.after(step)
         final = last_step is not None and step >= last_step
         if sync.stop and not final:
             self._stop_on_request(step)
@@ -349,7 +358,22 @@ class Session:
     def rollback(self, before_step: int) -> Restored | None:
         """Back to the newest checkpoint before `before_step` (a rollback past an anomaly), or to a
         fresh start without one: the state, the progress, the data position (when the checkpoint
-        has one), and with them the save clock, the watchdog, the metrics and the tracker."""
+        has one), and with them the save clock, the watchdog, the metrics and the tracker. A
+        rollback's redone steps see other data: no replay compares them."""
+        self._replay.state.clear()
+        return self._back_before(before_step)[0]
+
+    def replay_fallback(self, step: int) -> tuple[bool, Restored | None]:
+        """The built-in trainer, when `step` (recomputed after a restart) differed from its value
+        before the failure: (whether the copy that served was set aside, and what was loaded in its
+        place: an older copy, or None for a fresh start). The replay goes on comparing from there."""
+        if not self._replay.decide(step, in_process=True):
+            return False, None
+        restored, moved = self._back_before(self._replay.before_step)
+        self._replay.fell_back(restored, moved)
+        return True, restored
+
+    def _back_before(self, before_step: int | None) -> tuple[Restored | None, list[dict[str, Any]]]:
         self.announce("load")
         restored = load_newest(self._checkpointer, self._state, self._comm.rank, self._events, self._refusal,
                                self._reinitialise, before_step=before_step)
@@ -362,9 +386,7 @@ class Session:
         self._watchdog.beat(step, None)
         self._tracker.rewind(step)
         self._tracked_through = min(self._tracked_through, step)
-        if self._metrics:
-            self._metrics.truncate_after(step)
-        return restored
+        return restored, self._metrics.truncate_after(step) if self._metrics else []
 
     def announce(self, phase: str) -> None:
         """A phase that may take longer than a step tells the heartbeat monitor (`monitor.heartbeat_phase_s`)."""

@@ -1,7 +1,7 @@
 """What every rank agrees at the end of a step, and where the loop stands. [pure]
 
 One all-reduce of a few floats per step carries the stop flag any rank raised, rank 0's verdict of
-the time-based save policy, and each rank's compute and data-wait time (a sum of one-hot vectors is
+the time-based save policy, rank 0's replay verdict, and each rank's compute and data-wait time (a sum of one-hot vectors is
 an all-gather). Every rank decodes the same `StepSync`, so every rank saves the same step and a
 stop never cuts a step in half.
 """
@@ -28,14 +28,19 @@ class StepSync:
     save_time_due: bool
     compute_s: tuple[float, ...]
     wait_s: tuple[float, ...]
+    replay_mismatch: bool = False
+    """Rank 0's replay found this step different from the value logged before the failure."""
 
     @staticmethod
-    def encode(stop: bool, save_time_due: bool, rank: int, world: int, compute_s: float, wait_s: float) -> list[float]:
-        return [float(stop), float(save_time_due)] + one_hot(world, rank, compute_s) + one_hot(world, rank, wait_s)
+    def encode(stop: bool, save_time_due: bool, rank: int, world: int, compute_s: float, wait_s: float,
+               replay_mismatch: bool = False) -> list[float]:
+        return [float(stop), float(save_time_due)] + one_hot(world, rank, compute_s) + one_hot(world, rank, wait_s) \
+            + [float(replay_mismatch)]
 
     @staticmethod
     def decode(values: list[float], world: int) -> StepSync:
-        return StepSync(values[0] > 0, values[1] > 0, tuple(values[2:2 + world]), tuple(values[2 + world:2 + 2 * world]))
+        return StepSync(values[0] > 0, values[1] > 0, tuple(values[2:2 + world]), tuple(values[2 + world:2 + 2 * world]),
+                        values[2 + 2 * world] > 0)
 
 
 def one_hot(size: int, index: int, value: float) -> list[float]:

@@ -21,6 +21,7 @@ import torch
 
 from resilient_slurm import ledger
 from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.load import Restored
 from resilient_slurm.checkpoint.state import reseed_rng
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config, train_steps
@@ -183,9 +184,11 @@ class Trainer:
         if result is None:
             return StepOutcome(ExitCode.GAVE_UP)
         step_s = time.perf_counter() - start
+        self._log(step, result, step_s, wait, position)  # before the sync: it carries the replay's verdict
         synced = s.sync(step, before_train - start + result.compute_s, wait)
         s.advance(step, result.tokens, step_s)
-        self._log(step, result, step_s, wait, position)
+        if synced.replay_mismatch:
+            return self._replay_fallback(step)
         s.commit()  # a background save may have committed since the last step
         if self.monitor:
             outcome = self._judge(self._observe(step, result, step_s, synced))
@@ -274,15 +277,30 @@ class Trainer:
             return StepOutcome(ExitCode.GAVE_UP)
         return StepOutcome()
 
-    def _rollback(self, anomaly_step: int, reason: str) -> None:
-        """Back to the newest checkpoint before the anomaly, past the data window that led to it."""
-        cfg, comm = self.cfg, self.comm
-        restored = self.session.rollback(anomaly_step)  # the data position with it, when it has one
-        if restored is None:  # a fresh start: the data's, and the generators' seeds
+    def _replay_fallback(self, step: int) -> StepOutcome:
+        """A step recomputed after the restart differs from its value before the failure: the copy
+        that served is set aside and the next one loaded, here in the process (session/replay.py);
+        the replay then goes on comparing from there."""
+        fell_back, restored = self.session.replay_fallback(step)
+        if not fell_back:
+            return StepOutcome()
+        self._back_to(restored)
+        return StepOutcome(rolled_back=True)
+
+    def _back_to(self, restored: Restored | None) -> None:
+        """After the session loaded a checkpoint (the data position with it, when it has one), or
+        went back to a fresh start (None): the data's, and the generators' seeds."""
+        if restored is None:
             self.pipeline.reset()
             self._seed()
         else:
             self._restore(restored.train_state)
+
+    def _rollback(self, anomaly_step: int, reason: str) -> None:
+        """Back to the newest checkpoint before the anomaly, past the data window that led to it."""
+        cfg, comm = self.cfg, self.comm
+        restored = self.session.rollback(anomaly_step)
+        self._back_to(restored)
         checkpoint = str(restored.path) if restored else None
         self.rollbacks += 1
         g = cfg.data.global_batch_size
