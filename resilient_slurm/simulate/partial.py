@@ -133,7 +133,7 @@ class Partial(Saving):
         placed = None
         if leaves or away:
             placed = placement.after_failure(self.alloc, {node} if leaves else set(), {node} if away else set())
-            if placed.move is not placement.Move.RESTART or not placed.added:
+            if placed.move is not placement.Move.SPARE or not placed.added:
                 return "no spare for the group"
         self.paths[f"group heal ({why})"] += 1
         if group not in self.groups_out:  # a healing group's node: the others do not wait for it

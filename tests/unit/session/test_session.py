@@ -258,7 +258,7 @@ def test_a_loop_prints_the_step_line_of_what_it_logs_and_the_report_says_its_tot
 LOOP_FACE = {"from_env", "resume", "steps", "log", "end_of_step", "save", "close", "rank", "world_size", "device",
              "step", "model", "optimizer", "scheduler", "run_dir", "paths"}
 TRAINER_SIDE = {"start", "sync", "advance", "after_step", "commit", "finish", "rollback", "announce", "beat", "track",
-                "saved", "committed_step", "checkpoint_root", "config_hash", "gpu"}
+                "saved", "committed_step", "checkpoint_root", "config_hash", "gpu", "sections", "replay_fallback"}
 
 
 def test_the_session_shows_a_loop_its_face_and_the_trainer_its_side_and_nothing_else(cfg):
