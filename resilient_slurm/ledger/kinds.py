@@ -56,6 +56,7 @@ class Kind(str, Enum):
     REQUEUE = "requeue"
     RESTART_IN_ALLOCATION = "restart_in_allocation"
     NODE_UNHEALTHY = "node_unhealthy"
+    SDC = "sdc"
     RANK_EXIT = "rank_exit"
     RANKS_KILLED = "ranks_killed"
     CONFIG_ADJUSTED = "config_adjusted"
