@@ -9,7 +9,7 @@ Modules, in the order a check runs:
     holder        what this rank holds that is checked: its shards, optimizer, kept state, nodes
     tie           two replicas differ: a third rank re-runs the update from the kept state
     buddy         no replicas: a buddy re-runs each rank's update every N steps
-    heal          a good copy's weights and optimizer state into the culprit's, over the network
+    shard_heal    a good copy's weights and optimizer state into the culprit's, over the network
     takeout       the `sdc` record; the culprit's node out as an Xid takes one out
     sentinel      one rank's sentinel: compare after the update, rule, heal, record
 """

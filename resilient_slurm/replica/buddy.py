@@ -24,7 +24,7 @@ from typing import Any
 
 from resilient_slurm.ledger import Sdc
 from resilient_slurm.replica import roles
-from resilient_slurm.replica.heal import adopt
+from resilient_slurm.replica.shard_heal import adopt
 from resilient_slurm.replica.holder import Holder
 from resilient_slurm.replica.update_rerun import TensorState, from_parcel, to_parcel
 from resilient_slurm.replica.verdict import (EVIDENCE_TENSORS, Dispute, Fingerprint, Opinion, Ruling, as_hex, finding,

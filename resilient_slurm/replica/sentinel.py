@@ -9,7 +9,7 @@ happens while they agree.
 When copies differ, every rank learns each dispute (an all-gather of objects, only then), and
 they rule on it together: a majority of three or more copies (`verdict.rule`); for two, a third
 rank re-runs the update from the state kept before it (`tie.py`). The culprit's replica group is
-healed from a good one, shard by shard over the replicate dimension (`heal.py`), compared again,
+healed from a good one, shard by shard over the replicate dimension (`shard_heal.py`), compared again,
 and the finding recorded with its node taken out (`takeout.py`). A dispute nothing can settle is
 recorded and ends the attempt (`SdcUndecided`): the run restarts from its newest checkpoint.
 
@@ -36,7 +36,7 @@ from resilient_slurm.ledger import EventLog, Sdc
 from resilient_slurm.process.signals import StopRequest
 from resilient_slurm.replica import buddy, roles, takeout, tie
 from resilient_slurm.replica.fingerprint import fingerprints
-from resilient_slurm.replica.heal import broadcast_shards
+from resilient_slurm.replica.shard_heal import broadcast_shards
 from resilient_slurm.replica.holder import Holder
 from resilient_slurm.replica.update_rerun import KeptState
 from resilient_slurm.replica.verdict import Dispute, Fingerprint, Opinion, Ruling, differing, finding, heal_sources, rule

@@ -62,6 +62,7 @@ def _unpack(header: bytes, data: torch.Tensor) -> Parcel:
     for dtype_name, shape in head["tensors"]:
         dtype = getattr(torch, dtype_name)
         n = torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size()
-        tensors.append(data[at:at + n].view(dtype).reshape(shape))
+        # a copy: a view of the shared buffer would need its offset aligned to the dtype
+        tensors.append(data[at:at + n].clone().view(dtype).reshape(shape))
         at += n
     return Parcel(head["meta"], tensors)

@@ -84,3 +84,13 @@ def test_a_rerun_from_the_kept_state_repeats_the_update_bit_for_bit():
         for p, r in zip(params, redone):
             for key, value in optimizer.state.get(p, {}).items():
                 assert torch.equal(value, r.state[key]), key
+
+
+def test_a_parcel_unpacks_to_the_tensors_it_packed_whatever_their_alignment():
+    from resilient_slurm.replica.wire import Parcel, _pack, _unpack
+
+    tensors = [torch.randn(3).to(torch.bfloat16), torch.randn(2, 2), torch.tensor(5.0), torch.empty(0)]
+    back = _unpack(*_pack(Parcel({"dispute": 1}, tensors), torch.device("cpu")))
+    assert back.meta == {"dispute": 1}
+    assert [(t.dtype, t.shape) for t in back.tensors] == [(t.dtype, t.shape) for t in tensors]
+    assert all(torch.equal(a, b) for a, b in zip(back.tensors, tensors))
