@@ -140,7 +140,8 @@ def _sdc_lines(events: list[Any]) -> list[str]:
             what = f"{who} ({d.decided_by}: {d.reason}); healed from {d.source or 'nothing needed'}" \
                    f" in {d.heal_s or 0.0:.3f} s{', verified' if d.verified else ''}; node taken out"
         else:
-            what = f"undecided ({d.reason}); suspects {', '.join(d.suspects)}; restarted from the newest checkpoint"
+            what = f"undecided ({d.reason}); suspects {', '.join(d.suspects)}; the attempt ended, to resume from " \
+                   f"the newest checkpoint"
         out.append(f"  {'sdc' if i == 0 else '':<12}step {e.step}: {d.check} differed in {tensors}: {what}")
     return out
 

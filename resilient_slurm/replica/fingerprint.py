@@ -36,7 +36,9 @@ def local(t: torch.Tensor) -> torch.Tensor:
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The tensor's elements as integers of the same width, flat (a view, no copy when contiguous)."""
     flat = t.reshape(-1)
-    return flat if not flat.is_floating_point() and not flat.is_complex() else flat.view(_INT_OF_WIDTH[flat.element_size()])
+    if not flat.is_floating_point() and not flat.is_complex():
+        return flat
+    return flat.view(_INT_OF_WIDTH[flat.element_size()])
 
 
 def fingerprint(t: torch.Tensor) -> torch.Tensor:

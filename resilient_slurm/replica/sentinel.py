@@ -39,7 +39,8 @@ from resilient_slurm.replica.fingerprint import fingerprints
 from resilient_slurm.replica.shard_heal import broadcast_shards
 from resilient_slurm.replica.holder import Holder
 from resilient_slurm.replica.update_rerun import KeptState
-from resilient_slurm.replica.verdict import Dispute, Fingerprint, Opinion, Ruling, differing, finding, heal_sources, rule
+from resilient_slurm.replica.verdict import (Dispute, Fingerprint, Opinion, Ruling, differing, finding, heal_sources,
+                                             rule)
 from resilient_slurm.session.distributed import Comm
 
 

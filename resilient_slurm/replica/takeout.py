@@ -28,8 +28,8 @@ def record(cfg: Config, events: EventLog, rank: int, stop: StopRequest, step: in
         return
     events.emit(found, step)
     if found.action != "healed":
-        log.error("step %d: silent data corruption, undecided (%s); suspects %s; restarting from the newest "
-                  "checkpoint", step, found.reason, ", ".join(found.suspects))
+        log.error("step %d: silent data corruption, undecided (%s); suspects %s; the attempt ends, to resume from "
+                  "the newest checkpoint", step, found.reason, ", ".join(found.suspects))
         return
     where = ", ".join(f"rank {r} on {n}" for r, n in zip(found.ranks, found.nodes))
     log.error("step %d: silent data corruption on %s in %s (%s); healed from %s in %.3f s", step, where,

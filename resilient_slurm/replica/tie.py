@@ -60,7 +60,7 @@ def settle(h: Holder, disputes: Sequence[Dispute], agreed: tuple[Fingerprint, ..
         if not kept:
             rulings.append(settle_tie(TieFacts(a, b, d.after, None, before_agreed, {}, ())))
             continue
-        reruns = [Opinion(a, everyone[a][i]["in_place"], rerun_of=a), Opinion(b, everyone[b][i]["in_place"], rerun_of=b)]
+        reruns = [Opinion(r, everyone[r][i]["in_place"], rerun_of=r) for r in (a, b)]
         if third is not None:
             reruns.insert(0, Opinion(third, everyone[third][i]["third"], rerun_of=a))
         rulings.append(settle_tie(TieFacts(
