@@ -19,7 +19,7 @@ PURE = ["monitor/detectors.py", "monitor/replay.py", "recovery.py", "launch/nami
         "checkpoint/names.py",
         "checkpoint/manifest.py", "checkpoint/policy.py", "checkpoint/retention.py", "checkpoint/crc32.py",
         "checkpoint/costs.py", "checkpoint/deadline.py", "checkpoint/interval.py", "checkpoint/nodes.py", "checkpoint/memory_policy.py",
-        "health/xid_catalog.py",
+        "health/xid_catalog.py", "replica/roles.py", "replica/verdict.py",
         "health/kernel_log.py", "health/verdict.py", "slurm/placement.py", "slurm/srun.py", "slurm/step_end.py",
         "simulate/failures.py",
         "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py", "simulate/saving.py", "simulate/partial.py", "simulate/published.py",
@@ -116,7 +116,7 @@ def test_the_package_root_stays_small_and_every_sub_package_has_its_map():
 
 # The package's floors, from the ground up: a module imports only from its own floor or those below.
 FLOORS = ["exit_codes", "errors", "files", "console", "process", "config", "ledger", "recovery", "slurm", "rundir", "health",
-          "monitor", "tracking", "analysis", "checkpoint", "session", "model", "parallel", "data", "export", "evaluate", "trainer",
+          "monitor", "tracking", "analysis", "checkpoint", "session", "model", "parallel", "replica", "data", "export", "evaluate", "trainer",
           "runtime", "api", "supervise", "launch", "sweep",
           "simulate", "report", "compare"]
 # Re-exports at old paths that queued Slurm jobs' pickles name: they point up on purpose.

@@ -24,7 +24,7 @@ from resilient_slurm.analysis.summary import ReportError, Summary, load, summari
 from resilient_slurm.config import ConfigError
 from resilient_slurm.console import pipe_safe
 from resilient_slurm.tracking.mlflow_store import StoredRun, is_file_store
-from resilient_slurm.ledger import EvalFailed, select
+from resilient_slurm.ledger import EvalFailed, Sdc, select
 from resilient_slurm.rundir.benchmarks import latest_by_step
 
 PNG = "report.png"
@@ -53,6 +53,7 @@ def render(s: Summary) -> str:
                     f"{': ' + causes if causes else ''})")
     lines.extend(_restart_lines(a.restart_list))
     lines.extend(_fault_lines(f.events, f.kept))
+    lines.extend(_sdc_lines(f.events))
     add("steps lost", f"{a.steps_lost} (computed again after faults, {_duration(t.redone_s)})")
     add("time", f"allocated {_duration(t.allocated_s)} = productive {_duration(t.productive_s)}"
                 f" + redone {_duration(t.redone_s)} + saves {_duration(t.save_s)} + evaluation "
@@ -149,6 +150,23 @@ def _fault_lines(events: list[Any], rows: list[dict[str, Any]]) -> list[str]:
         else:
             line += f" ({s.action})"
         out.append(f"  {'stragglers' if i == 0 else '':<12}{line}")
+    return out
+
+
+def _sdc_lines(events: list[Any]) -> list[str]:
+    """Each silent data corruption: where, on whom, how it was decided, and what became of it."""
+    out = []
+    for i, e in enumerate(select(events, Sdc)):
+        d = e.details
+        tensors = ", ".join(d.tensors[:3]) + (f" and {len(d.tensors) - 3} more" if len(d.tensors) > 3 else "")
+        if d.action == "healed":
+            who = ", ".join(f"rank {r} on {n}" for r, n in zip(d.ranks, d.nodes))
+            what = f"{who} ({d.decided_by}: {d.reason}); healed from {d.source or 'nothing needed'}" \
+                   f" in {d.heal_s or 0.0:.3f} s{', verified' if d.verified else ''}; node taken out"
+        else:
+            what = f"undecided ({d.reason}); suspects {', '.join(d.suspects)}; the attempt ended, to resume from " \
+                   f"the newest checkpoint"
+        out.append(f"  {'sdc' if i == 0 else '':<12}step {e.step}: {d.check} differed in {tensors}: {what}")
     return out
 
 

@@ -17,6 +17,7 @@ Modules, one per section, then the whole:
     checkpoint  checkpoint.*: policies, retention, tiers                                [pure]
     cluster     cluster.*: local ranks or a Slurm allocation, spares, elastic shrinking [pure]
     monitor     monitor.* and health.*                                                  [pure]
+    sdc         monitor.sdc.*: the silent-data-corruption sentinel                      [pure]
     tracking    tracking.* and eval.*                                                   [pure]
     harness     eval.harness.*: lm-evaluation-harness benchmarks beside training        [pure]
     faults      fault.*: injection for tests and drills                                 [pure]
@@ -53,6 +54,7 @@ from resilient_slurm.config.harness import HarnessConfig
 from resilient_slurm.config.model import DTYPES, FAMILIES, LORA_TARGETS, LoRAConfig, ModelConfig
 from resilient_slurm.config.monitor import FINDINGS, FindingKind, HealthConfig, MonitorConfig
 from resilient_slurm.config.run import RunConfig
+from resilient_slurm.config.sdc import SdcConfig
 from resilient_slurm.config.parallel import MESH_DIMS, PP_SCHEDULES, Coords, Layout, ParallelConfig
 from resilient_slurm.config.schema import PLACEMENT_PREFIXES, Config, layout, train_steps, validate
 from resilient_slurm.config.sweep import PRUNERS, SAMPLERS, SCHEDULERS, SweepConfig
@@ -64,7 +66,7 @@ __all__ = [
     "TRACKING_BACKENDS",
     "TRACKING_MODES", "Adjustment", "CheckpointConfig", "ClusterConfig", "ColdTierConfig", "Config", "ConfigError",
     "DataConfig", "ElasticConfig", "EvalConfig", "FaultConfig", "FindingKind", "HarnessConfig", "HealthConfig", "LoRAConfig", "MemoryTierConfig", "ModelConfig",
-    "MonitorConfig", "OptimConfig", "RunConfig", "SourceConfig", "SweepConfig", "TrackingConfig", "TrainConfig", "driven",
+    "MonitorConfig", "OptimConfig", "RunConfig", "SdcConfig", "SourceConfig", "SweepConfig", "TrackingConfig", "TrainConfig", "driven",
     "explicit_keys", "fit_warmup", "flatten", "min_nodes", "register_schema", "to_config", "to_dict", "train_steps", "validate",
     "world_size",
 ]

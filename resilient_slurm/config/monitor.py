@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from resilient_slurm.config.checks import Problems
+from resilient_slurm.config.sdc import SdcConfig
 
 
 class FindingKind(str, Enum):
@@ -154,6 +155,8 @@ class MonitorConfig:
     gpu_util_min_pct: float = 50.0
     gpu_temp_max_c: float = 85.0
     gpu_memory_max_frac: float = 0.98
+    sdc: SdcConfig = field(default_factory=SdcConfig)
+    """Silent data corruption: replicas compared after the update (config/sdc.py)."""
 
     def problems(self) -> list[str]:
         p, mon = Problems(), self
@@ -177,6 +180,7 @@ class MonitorConfig:
         p.need(mon.max_rollbacks >= 0 and mon.rollback_skip_batches >= 0 and 0 < mon.rollback_lr_factor <= 1,
                "monitor.max_rollbacks: it and monitor.rollback_skip_batches must be >= 0, "
                "monitor.rollback_lr_factor in (0, 1]; fix the value")
+        p.extend_new(mon.sdc.problems())
         return p
 
 

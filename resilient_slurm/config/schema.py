@@ -86,6 +86,7 @@ def validate(cfg: Config, data_location: bool = True) -> list[str]:
         p.need(False, laid_out)
     elif laid_out is not None:
         p.extend_new(layout_problems(cfg, laid_out))
+        p.extend_new(sdc_problems(cfg, laid_out))
     p.extend_new(o.problems())
     steps = train_steps(cfg)
     p.extend_new(t.problems())  # a run length below 1 is the mistake, not the warmup that does not fit it
@@ -164,6 +165,24 @@ def layout_problems(cfg: Config, lay: Layout) -> list[str]:
            f"eval.task_samples: {e.task_samples} with parallel.pp={lay.pp}; greedy decoding through a pipeline "
            f"(each new token back from the last stage to the first) is not built, only the validation loss is; "
            f"set eval.task_samples=0, or parallel.pp=1")
+    return p
+
+
+def sdc_problems(cfg: Config, lay: Layout) -> list[str]:
+    """The sentinel's keys against the layout: the buddy re-run is for runs without replicas (with
+    them the replicas are compared every step), and the injected flip lands on a rank of the run."""
+    s, f = cfg.monitor.sdc, cfg.fault
+    p = Problems()
+    p.need(s.rerun_every_steps == 0 or lay.dp_replicate == 1,
+           f"monitor.sdc.rerun_every_steps: {s.rerun_every_steps} with parallel.dp_replicate={lay.dp_replicate}: "
+           f"the replicas are compared every monitor.sdc.every_steps already; set it to 0")
+    p.need(s.rerun_every_steps == 0 or lay.world_size >= 2,
+           f"monitor.sdc.rerun_every_steps: {s.rerun_every_steps} on one rank: a buddy re-runs the update on "
+           f"another rank; run 2 or more ranks, or set it to 0")
+    p.need(f.sdc_step >= 0, f"fault.sdc_step: {f.sdc_step}; set it to a step (0: no flip)")
+    p.need(f.sdc_step == 0 or 0 <= f.sdc_rank < lay.world_size,
+           f"fault.sdc_rank: {f.sdc_rank} is not one of the run's {lay.world_size} rank(s); set it from 0 to "
+           f"{lay.world_size - 1}")
     return p
 
 

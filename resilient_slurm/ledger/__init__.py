@@ -111,7 +111,7 @@ __all__ = [
     "Exploit", "Explore", "Exported", "FAILURES", "Finish", "ForcedExit", "GaveUp", "Hang", "HostOom", "PeerLost", "Kind", "MemorySave", "LEDGER_FILE",
     "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "ReplayChecked", "ReplayMismatch", "Requeue",
     "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",
-    "SaveSkipped", "Signal", "StacksDumped", "Start", "Stop", "Straggler", "Submitted", "SweepStarted", "TrialFailed",
+    "SaveSkipped", "Sdc", "Signal", "StacksDumped", "Start", "Stop", "Straggler", "Submitted", "SweepStarted", "TrialFailed",
     "TrialFinished", "TrialLaunched", "TrialPaused", "TrialPromoted", "TrialPruned", "Unknown", "parse",
     "read_events", "read_jsonl", "read_new_events", "select",
 ]

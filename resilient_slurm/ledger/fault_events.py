@@ -319,6 +319,38 @@ class ReplayChecked(Details):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Sdc(Details):
+    """Silent data corruption: copies of a shard that must be equal bit for bit were not (replicas
+    after the update, or a buddy's re-run of it; resilient_slurm/replica/), and what was done."""
+
+    KIND = Kind.SDC
+    check: str
+    """replicas (HSDP replicas compared) or rerun (a buddy re-ran the update)."""
+    tensors: list[str]
+    """The parameters whose shards differed."""
+    ranks: list[int]
+    """The culprit ranks (empty: undecided)."""
+    nodes: list[str]
+    """Their nodes, taken out of the run."""
+    suspects: list[str]
+    """Undecided: the nodes one of which is wrong."""
+    decided_by: str
+    """majority (3+ copies), rerun (a third rank re-ran the update of two copies), or undecided."""
+    evidence: list[dict[str, Any]]
+    """Each copy's fingerprint of each differing tensor: rank, group, node, tensor, fingerprint,
+    and `rerun_of` for a re-run's (the rank whose state it re-ran)."""
+    action: str
+    """healed (from `source`) or undecided (the run restarts from its newest checkpoint)."""
+    source: str | None = None
+    """Where the culprit's state came from: `group G` (a good replica) or `rank R` (the buddy's re-run)."""
+    heal_s: float | None = None
+    """Mismatch found -> every culprit shard healed."""
+    verified: bool = False
+    """Compared again after the heal: every copy equal."""
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class RankExit(Details):
     """A local rank exited abnormally (the local launcher writes it)."""
 

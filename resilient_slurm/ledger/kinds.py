@@ -59,6 +59,7 @@ class Kind(str, Enum):
     NODE_UNHEALTHY = "node_unhealthy"
     REPLAY_MISMATCH = "replay_mismatch"
     REPLAY_CHECKED = "replay_checked"
+    SDC = "sdc"
     RANK_EXIT = "rank_exit"
     RANKS_KILLED = "ranks_killed"
     CONFIG_ADJUSTED = "config_adjusted"

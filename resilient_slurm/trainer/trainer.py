@@ -40,6 +40,7 @@ from resilient_slurm.session.distributed import Comm
 from resilient_slurm.config.parallel import resolve
 from resilient_slurm.errors import InputError
 from resilient_slurm.parallel.mesh import ParallelMesh
+from resilient_slurm.replica.sentinel import Sentinel
 from resilient_slurm.trainer.evaluation import Evaluator
 from resilient_slurm.trainer.faults import FaultInjector
 from resilient_slurm.trainer.oom import StepOutOfMemory, rss_bytes
@@ -110,8 +111,11 @@ class Trainer:
         self.faults = FaultInjector(cfg.fault, comm.rank, hung_before=bool(ledger.select(history, ledger.Hang)),
                                     configured_micro_batch=cfg.data.micro_batch_size,
                                     cuda_error_before=any("fault.cuda_error_at_step" in c.details.error
-                                                          for c in ledger.select(history, ledger.Crash)))
+                                                          for c in ledger.select(history, ledger.Crash)),
+                                    sdc_before=bool(ledger.select(history, ledger.Sdc)))
         self.faults.attach(self.model)
+        replicate = self.mesh.mesh["dp_replicate"].get_group() if "dp_replicate" in self.mesh.dims else None
+        self.sentinel = Sentinel(cfg, comm, laid_out, replicate, self.model, self.optimizer, events, stop)
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.evaluator = Evaluator(cfg, self.model, comm, self.pipeline.data, self.sampler.micro_batch_size,
                                    documents=self.pipeline.documents, place=place, stages=self.stages)
@@ -180,9 +184,12 @@ class Trainer:
         self.faults.before_step(step, self.sampler.micro_batch_size)
         poison = self.faults.poisons(step, position, cfg.data.global_batch_size)
         before_train = time.perf_counter()
+        self.sentinel.arm(step)
         result = self._train(step, position, batch, poison)
         if result is None:
             return StepOutcome(ExitCode.GAVE_UP)
+        self.faults.after_update(step, self.model)
+        self.sentinel.check(step)
         step_s = time.perf_counter() - start
         self._log(step, result, step_s, wait, position)  # before the sync: it carries the replay's verdict
         synced = s.sync(step, before_train - start + result.compute_s, wait)

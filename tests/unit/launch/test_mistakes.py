@@ -73,6 +73,13 @@ MISTAKES = [
     ([T, "train.seed=1.5"], CE + "train.seed: Value '1.5' of type 'float' could not be converted to Integer; fix the "
                                  "value or remove the key"),
     ([T, "train.max_steps=0"], CE + "train.max_steps: 0; set it to 1 or more"),
+    ([T, "monitor.sdc.every_steps=0"], CE + "monitor.sdc.every_steps: 0; set it to 1 or more (monitor.sdc.enabled=false "
+                                            "turns the comparison off)"),
+    ([T, "monitor.sdc.rerun_every_steps=10"], CE + "monitor.sdc.rerun_every_steps: 10 on one rank: a buddy re-runs the "
+                                                   "update on another rank; run 2 or more ranks, or set it to 0"),
+    ([T, "cluster.ranks=2", "parallel.dp_replicate=2", "monitor.sdc.rerun_every_steps=10"],
+     CE + "monitor.sdc.rerun_every_steps: 10 with parallel.dp_replicate=2: the replicas are compared every "
+          "monitor.sdc.every_steps already; set it to 0"),
     ([T, "data.global_batch_size=7"], CE + "data.global_batch_size: 7 is not a multiple of micro_batch_size*data-parallel "
                                            "ranks=4*1=4; change one of them"),
     ([T, "model.num_kv_heads=3"], CE + "model.num_kv_heads: 3 does not divide model.num_heads=4; pick a divisor"),
