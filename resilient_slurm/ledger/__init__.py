@@ -72,6 +72,7 @@ from resilient_slurm.ledger.fault_events import (
     NodeUnhealthy,
     ReplayChecked,
     ReplayMismatch,
+    Sdc,
     RankExit,
     RanksKilled,
 )

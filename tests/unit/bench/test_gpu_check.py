@@ -15,7 +15,7 @@ import torch
 from resilient_slurm.config import Config, ModelConfig, OptimConfig
 from resilient_slurm.model.decoder import LlamaForCausalLM
 from tests.single_rank import one_rank
-from tests.unit.bench.conftest import BENCH, load_bench
+from tests.unit.bench.conftest import BENCH, load_bench, spawnable
 
 gpu_check = load_bench("gpu_check")
 
@@ -88,11 +88,7 @@ def test_the_layouts_it_checks_fit_the_gpus():
 
 @pytest.mark.slow
 def test_the_layouts_check_passes_on_two_cpu_ranks(tmp_path, monkeypatch):
-    # The spawned ranks unpickle `bench_gpu_check.layout_worker` by name: a module of that name on the
-    # path they inherit runs the bench file (run as a script, the bench is `__main__`, which spawn finds).
-    (tmp_path / "bench_gpu_check.py").write_text(f"exec(compile(open({str(BENCH / 'gpu_check.py')!r}).read(), "
-                                                 f"{str(BENCH / 'gpu_check.py')!r}, 'exec'))\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    spawnable("gpu_check", tmp_path, monkeypatch)
     model = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                         num_kv_heads=2, tie_embeddings=True, dtype="bfloat16")
     cfg = Config(model=model, optim=replace(OptimConfig(), warmup_steps=0, lr=1e-2))

@@ -6,12 +6,13 @@ import json
 
 import pytest
 
-from tests.unit.bench.conftest import load_bench
+from tests.unit.bench.conftest import load_bench, spawnable
 
 pytestmark = pytest.mark.slow
 
 
-def test_the_bench_measures_the_check_and_a_heal_at_a_toy_size(tmp_path, capsys):
+def test_the_bench_measures_the_check_and_a_heal_at_a_toy_size(tmp_path, capsys, monkeypatch):
+    spawnable("sdc", tmp_path, monkeypatch)
     bench = load_bench("sdc")
     out = tmp_path / "sdc.json"
     bench.main(["--steps", "10", "--layouts", "2x1", "--json", str(out)])
