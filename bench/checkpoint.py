@@ -3,7 +3,10 @@ tier) vs torch.save, safetensors save_file and torch.distributed.checkpoint (syn
 to the disk's own write speed (dd, in the same rotation).
 
     python bench/checkpoint.py [--dir DIR] [--memory-dir /dev/shm] [--layers 6] [--hidden 1024]
-                               [--vocab 32000] [--reps 5] [--warm] [--json FILE]
+                               [--vocab 32000] [--reps 5] [--warm] [--json FILE] [--tp 2]
+
+`--tp 2` measures the synchronous save of the same model with tensor parallelism over 2 ranks
+against dd oflag=direct instead (bench/checkpoint_shapes.py's tp2 state, which says how).
 
 `--json FILE` also writes the project's measured costs (medians: sync save, async blocking and
 training time lost, restore, bytes) for `python -m resilient_slurm.simulate --from-bench FILE`.
@@ -35,8 +38,8 @@ with its AdamW state after one step, as `capture_snapshot` makes it (6 layers: 1
 - async: "blocking" is until the call returns (the loop is free again), "durable" until the
   checkpoint is committed (project) or the future completes (DCP). Both stagers are warm: reused
   for the whole run, after two warm-up saves each (the first save of each allocates its buffers).
-  The project's blocking is split into its parts: the snapshot, the plan (file names, headers and
-  JSON: `rank_files`) and the copy into the staging buffers;
+  The project's blocking is split into its parts: the snapshot, the plan (the ranks' agreement,
+  file names, headers and JSON: `exchange.agree`, `rank_files`) and the copy into the staging buffers;
 - the memory tier (`checkpoint/memory.py`, to files under --memory-dir, one node, so no buddy
   copy): "blocking" is until `save` returns; "copy" until the state's bytes are out of the tensors
   (what an optimizer step issued at once would wait for, at most); "durable" until committed in
@@ -89,9 +92,11 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient_slurm.checkpoint.async_save import AsyncSaver  # noqa: E402
+from resilient_slurm.checkpoint.exchange import agree  # noqa: E402
 from resilient_slurm.checkpoint.load import load_into  # noqa: E402
 from resilient_slurm.checkpoint.memory import MemoryTier  # noqa: E402
 from resilient_slurm.checkpoint.nodes import Spread  # noqa: E402
+from resilient_slurm.checkpoint.exchange import agree  # noqa: E402
 from resilient_slurm.checkpoint.save import rank_files, save  # noqa: E402
 from resilient_slurm.checkpoint.state import Snapshot, capture_snapshot  # noqa: E402
 from resilient_slurm.checkpoint.train_state import TrainState  # noqa: E402
@@ -253,7 +258,7 @@ class Methods:
         start = time.perf_counter()
         snap = self.snapshot()
         taken = time.perf_counter()
-        rank_files(snap, 0, 1, self.cfg.max_shard_bytes)
+        rank_files(snap, agree(snap, self.comm, self.cfg.max_shard_bytes), 0)
         return taken - start, time.perf_counter() - taken
 
     # --- restores
@@ -320,7 +325,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None, help="also write the project's measured costs here")
     parser.add_argument("--warm", action="store_true", help="restore from the page cache (no cache drop)")
+    parser.add_argument("--tp", type=int, choices=(1, 2), default=1,
+                        help="2: the sync save at tensor parallelism 2 vs dd (bench/checkpoint_shapes.py)")
     args = parser.parse_args()
+    if args.tp == 2:
+        shapes = [sys.executable, str(Path(__file__).with_name("checkpoint_shapes.py")), "--states", "tp2", "--reps",
+                  str(args.reps), "--hidden", str(args.hidden), "--vocab", str(args.vocab)]
+        sys.exit(subprocess.run(shapes + (["--dir", str(args.dir)] if args.dir else [])).returncode)
     base = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=args.dir))
     shm = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=args.memory_dir))
     torch.set_num_threads(os.cpu_count() or 1)

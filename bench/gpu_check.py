@@ -1,6 +1,6 @@
 """One GPU, the project's own training path, checked in one table (issue 11, item 10; ~2-3 minutes).
 
-    python bench/gpu_check.py [--steps 8] [--micro 2] [--seq 2048] [--resume-steps 3] [--dir DIR]
+    python bench/gpu_check.py [--steps 8] [--micro 2] [--seq 2048] [--resume-steps 3] [--dir DIR] [--no-compile]
 
 Run it from the repository root on a machine with one NVIDIA GPU, a CUDA build of torch and the
 project's dependencies (`pip install -e .`). It prints one table (PASS / FAIL / INFO with the values)
@@ -35,6 +35,13 @@ What it runs, all through the project's code on one rank:
   the CUDA RNG state equal to the saved one and its next draw equal. The model has no dropout, so
   training never draws from the CUDA RNG; it is seeded and advanced beforehand so the saved state
   is not the default one.
+- compiled blocks (`model.compile=true`: each decoder layer through torch.compile, inductor): the
+  same timed steps with a compiled model, its first-step loss equal to the eager one's within bf16
+  tolerance, the step time beside the eager one (the compilation's first step reported apart);
+- the N-D layouts on every visible GPU (2 or more, NCCL, one process per GPU): FSDP2 over all, FSDP2
+  x tensor parallelism 2 and HSDP 2 x the rest, each three steps of the same batches from the same
+  weights; each layout's losses equal the single-GPU run's within bf16 tolerance (`LAYOUT_RTOL`).
+  With one GPU the row says so.
 Time to durable is from the call until the commit (manifest written, directory renamed); it holds
 for the disk the checkpoint directory (--dir) is on.
 """
@@ -90,6 +97,9 @@ MFU_FLOOR = 0.10
 UTIL_FLOOR_PCT = 50.0
 """DESIGN.md section 3: a training GPU below 50% utilization is abnormal."""
 MAX_TEMP_C = 85.0
+LAYOUT_RTOL = 2e-2
+"""bf16 compute: layouts sum the same products in other orders (over ranks, TP shards), so their
+losses agree to bf16's few significant digits, not to float32's."""
 
 
 @dataclass
@@ -160,17 +170,25 @@ class Run:
     losses: list[float] = field(default_factory=list)
 
     @staticmethod
-    def build(comm: Any, cfg: Config, seed: int) -> Run:
+    def build(comm: Any, cfg: Config, seed: int, layout: Any = None) -> Run:
+        """On `layout` (config.Layout; None: FSDP2 over every rank)."""
         from resilient_slurm.parallel import fsdp
+        from resilient_slurm.parallel.mesh import ParallelMesh
         from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
         from resilient_slurm.trainer.step import StepRunner
 
         run = Run(comm, cfg)
-        run.model = fsdp.build_model(cfg.model, comm.mesh, comm.device)
+        mesh = ParallelMesh(layout, comm.device.type, comm.rank) if layout is not None else None
+        if mesh is None:
+            run.model = fsdp.build_model(cfg.model, comm.mesh, comm.device)
+        else:
+            run.model = fsdp.build_model(cfg.model, mesh.dp, comm.device, tp=mesh.tp)
         fsdp.fill_random(run.model, cfg.model, seed)
         run.optimizer = build_optimizer(run.model, cfg.optim)
         run.scheduler = build_scheduler(run.optimizer, cfg.optim, cfg.train.max_steps)
-        run.trainer = StepRunner(run.model, run.optimizer, run.scheduler, comm, cfg.optim.grad_clip)
+        run.trainer = StepRunner(run.model, run.optimizer, run.scheduler, comm, cfg.optim.grad_clip,
+                                 counts_data=mesh.position.counts_data if mesh else True,
+                                 vocab_parallel=mesh is not None and mesh.tp is not None)
         return run
 
     def train(self, steps: list[list[Any]]) -> None:
@@ -225,7 +243,7 @@ def check_steps(run: Run, batches: list[Any], accumulation: int, steps: int) -> 
     device = run.comm.device
     out: list[Check] = []
     compute: list[torch.dtype] = []
-    hook = run.model.model.layers[0].register_forward_hook(lambda _m, _i, o: compute.append(o.dtype))
+    hook = run.model.model.layers["0"].register_forward_hook(lambda _m, _i, o: compute.append(o.dtype))
     step_batches = [batches[i:i + accumulation] for i in range(0, len(batches), accumulation)]
     timing: dict[str, float] = {}
     for deterministic in (True, False):
@@ -354,6 +372,92 @@ def check_resume(first: Run, batches: list[Any], k: int, root: Path, io_threads:
     return out
 
 
+def check_compile(comm: Any, cfg: Config, batches: list[Any], accumulation: int, steps: int,
+                  eager_losses: list[float], eager_s: float) -> list[Check]:
+    """The timed steps again with every decoder layer compiled: its first loss against the eager
+    run's (same weights, same batches), and the step time against `eager_s` (the eager run's
+    non-deterministic window of `steps` steps)."""
+    compiled = Run.build(comm, replace(cfg, model=replace(cfg.model, compile=True)), cfg.train.seed)
+    step_batches = [batches[i:i + accumulation] for i in range(0, len(batches), accumulation)]
+    device = comm.device
+    try:
+        start = time.perf_counter()
+        compiled.train(step_batches[:1])
+        synchronize(device)
+        first_s = time.perf_counter() - start
+        compiled.train(step_batches[:1])  # warm-up
+        synchronize(device)
+        start = time.perf_counter()
+        compiled.train(step_batches[:1] * steps)
+        synchronize(device)
+        seconds = time.perf_counter() - start
+        same = math.isclose(compiled.losses[0], eager_losses[0], rel_tol=LAYOUT_RTOL)
+    finally:
+        compiled.close()
+    return [Check("compiled blocks: first loss equals eager's (bf16 tolerance)", same,
+                  f"{compiled.losses[0]:.4f} vs {eager_losses[0]:.4f}"),
+            Check("compiled blocks: step time", None,
+                  f"{seconds / steps:.3f} s compiled vs {eager_s / steps:.3f} s eager ({eager_s / seconds:.2f}x); first "
+                  f"step {first_s:.0f} s (compilation)")]
+
+
+def layouts_for(gpus: int) -> dict[str, Any]:
+    """The N-D layouts `gpus` ranks can take: FSDP2 over all, tp 2 x the rest, HSDP 2 x the rest."""
+    from resilient_slurm.config import Layout
+
+    if gpus < 2:
+        return {}
+    out = {f"dp {gpus}": Layout(1, gpus, 1, 1), f"dp {gpus // 2} x tp 2": Layout(1, gpus // 2, 2, 1)}
+    if gpus >= 4:
+        out[f"hsdp 2 x {gpus // 2}"] = Layout(2, gpus // 2, 1, 1)
+    return out
+
+
+def layout_worker(rank: int, world: int, port: int, backend: str, cfg: Config, batches: list[Any],
+                  steps: int, out: str) -> None:
+    """One rank of every layout in turn: `steps` steps of the same micro-batches, split by
+    data-parallel rank; rank 0 writes each layout's losses to `out` (JSON)."""
+    import json
+
+    from resilient_slurm.session.distributed import Comm, RankInfo
+
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    comm = Comm(RankInfo(rank, world, rank, "127.0.0.1", port), backend=backend)
+    losses = {}
+    try:
+        for name, lay in layouts_for(world).items():
+            run = Run.build(comm, cfg, cfg.train.seed, lay)
+            dp, n = lay.dp_rank(rank), lay.dp
+            mine = [b for i, b in enumerate(batches) if i % n == dp]
+            run.train([[b.to(comm.device) for b in mine]] * steps)
+            losses[name] = run.losses
+            run.close()
+    finally:
+        comm.close()
+    if rank == 0:
+        Path(out).write_text(json.dumps(losses))
+
+
+def check_layouts(gpus: int, backend: str, cfg: Config, batches: list[Any], steps: int, single: list[float],
+                  root: Path) -> list[Check]:
+    """Each layout of `gpus` ranks against `single`, the one-rank losses of the same steps."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    if gpus < 2:
+        return [Check("N-D layouts (FSDP2 x TP, HSDP)", None, f"{gpus} GPU visible: they need 2 or more")]
+    out = root / "layouts.json"
+    mp.spawn(layout_worker, args=(gpus, free_port(), backend, cfg, batches, steps, str(out)), nprocs=gpus)
+    checks = []
+    for name, losses in json.loads(out.read_text()).items():
+        same = len(losses) == len(single) and all(math.isclose(a, b, rel_tol=LAYOUT_RTOL) for a, b in zip(losses, single))
+        checks.append(Check(f"layout {name}: losses equal one rank's (bf16 tolerance)", same,
+                            " ".join(f"{a:.4f}/{b:.4f}" for a, b in zip(losses, single))))
+    return checks
+
+
 def check_nvml(sample: dict[str, float], index: int) -> list[Check]:
     from resilient_slurm.health.nvml_checks import check_gpus, probe_gpus
 
@@ -405,7 +509,8 @@ def main() -> int:
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--resume-steps", type=int, default=3, help="k: steps before and after the saved one")
     parser.add_argument("--dir", default=None, help="where checkpoints go (default: a temporary directory)")
-    parser.add_argument("--timeout-s", type=float, default=600.0, help="dump every stack and exit after this")
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="dump every stack and exit after this")
+    parser.add_argument("--no-compile", action="store_true", help="skip the compiled-blocks check")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print(f"gpu_check: no CUDA device (torch {torch.__version__}, torch.cuda.is_available() is False); run it on a "
@@ -453,6 +558,14 @@ def main() -> int:
                             f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB allocated, "
                             f"{args.accumulation} x {args.micro} x {args.seq} tokens per step"))
         checks += check_nvml(sample, comm.local_rank)
+        if not args.no_compile:
+            checks += check_compile(comm, cfg, batches, args.accumulation, args.steps, run.losses, timing["default"])
+        gpus = torch.cuda.device_count()
+        layout_batches = packed_batches(cfg.model, max(4, 2 * gpus), 1, args.seq // 4, seed=3)
+        single = Run.build(comm, cfg, cfg.train.seed)
+        single.train([layout_batches] * 3)
+        single.close()
+        checks += check_layouts(gpus, "nccl", cfg, layout_batches, 3, single.losses, root)
         resume_batches = packed_batches(cfg.model, 2 * args.resume_steps, 1, args.seq // 2, seed=2)
         ck = CheckpointConfig()
         checks += check_resume(run, resume_batches, args.resume_steps, root, ck.io_threads, ck.max_shard_bytes)

@@ -303,7 +303,7 @@ def param_bytes(cfg: ModelConfig, ranks: int) -> ParamBytes:
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
     params = sum(p.numel() for p in model.parameters())
-    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    layer = sum(p.numel() for p in model.model.layers["0"].parameters())
     root = params - cfg.num_layers * layer
     head = cfg.vocab_size * cfg.hidden_size
     return ParamBytes(params, STATE_BYTES_PER_PARAM * params / ranks, 2.0 * root, 2.0 * head, 2.0 * layer)

@@ -19,11 +19,16 @@ seed's question answered.
 3. The seed's question: the strategies compared on the seed's scenario (the speed runs), and the
    same with dead links caught at their first failure (what a link check in the node health
    verdict would add: the recovery decision pins a dead link when it fails the start after).
-4. Issue 23: each loss's share of the run for `spares` and its mechanisms added one at a time
-   (heartbeats, the memory tier, restarts inside the surviving processes), then what the best
-   strategy reaches as the costs no bench has measured yet move: the memory tier's blocking and
-   commit time, the in-process restart's first step at 10k ranks (NCCLX: stock NCCL initialises
-   in ~265 s at 96k GPUs, super-linearly, so in at most ~27 s at 10k), and the in-process share.
+4. Issues 23 and 28: each loss's share of the run for `spares` and its mechanisms added one at a
+   time (heartbeats, the memory tier, restarts inside the surviving processes, per-step fault
+   tolerance across replica groups, stragglers swapped out, the SDC sentinel), then what the
+   in-process strategy reaches as the costs no bench has measured yet move: the memory tier's
+   blocking and commit time, communicator creation at 10k ranks (from the published 5 s to the
+   upper bound NCCLX's paper gives: stock NCCL initialises in ~265 s at 96k GPUs, super-linearly,
+   so in at most ~27.6 s at 10k), and the in-process share.
+5. Issue 28: what the best strategy (`sdc`) reaches as what it depends on moves: hangs found in
+   10 s (a culprit named) instead of the 30 s heartbeat, more replica groups, fewer spares,
+   communicator creation at its upper bound, a heal from a peer of two minutes.
 `--gpus` and `--days` shrink the scenario (the toy-size test runs it so).
 """
 
@@ -41,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from resilient_slurm.simulate.__main__ import inputs  # noqa: E402
 from resilient_slurm.simulate.__main__ import parser as simulate_parser  # noqa: E402
 from resilient_slurm.simulate.failures import FAULTS  # noqa: E402
+from resilient_slurm.simulate.published import comm_init_upper_s  # noqa: E402
 from resilient_slurm.simulate.report import compare, describe, losses  # noqa: E402
 from resilient_slurm.simulate.results import Summary, simulate  # noqa: E402
 from resilient_slurm.simulate.scaling import PROFILES  # noqa: E402
@@ -114,24 +120,42 @@ def seeds_question(summaries: list[Summary], s: Scenario, seeds: int) -> None:
 
 
 def issue23(s: Scenario, sources: dict[str, str], seeds: int) -> None:
-    print("## 4. Issue 23: heartbeats, a memory tier, restarts inside the surviving processes")
+    print("## 4. Issues 23 and 28: heartbeats, a memory tier, restarts inside the surviving processes, replica groups, "
+          "stragglers, the SDC sentinel")
     print()
     print(losses([simulate(s, STRATEGIES[n], seeds)[0] for n in STEPS], sources))
     print()
     best = STRATEGIES["inprocess"]
     print("What the best strategy reaches as the costs not measured yet move (the rest as above):")
     print()
-    print("| memory_blocking_s | memory_save_s | first_step_s | in-process after a CUDA error | goodput | ETTR |")
+    print("| memory_blocking_s | memory_save_s | comm_init_s | in-process after a CUDA error | goodput | ETTR |")
     print("|---|---|---|---|---|---|")
-    for blocking, commit, first, cuda in ((s.memory_blocking_s, s.memory_save_s, s.first_step_s, False),
-                                          (0.1, s.memory_save_s, s.first_step_s, False),
-                                          (0.01, 1.0, s.first_step_s, False),
-                                          (0.01, 1.0, 27.0, False),
-                                          (0.01, 1.0, s.first_step_s, True)):
+    comm, upper = s.value("comm_init_s"), comm_init_upper_s(s.gpus)
+    for blocking, commit, init, cuda in ((s.memory_blocking_s, s.memory_save_s, comm, False),
+                                         (0.1, s.memory_save_s, comm, False),
+                                         (0.01, 1.0, comm, False),
+                                         (0.01, 1.0, upper, False),
+                                         (0.01, 1.0, comm, True)):
         m, _ = simulate(replace(s, memory_blocking_s=blocking, memory_save_s=max(commit, blocking),
-                                first_step_s=first, cuda_error_in_process=cuda), best, seeds)
-        print(f"| {blocking:g} | {max(commit, blocking):g} | {first:g} | {'yes' if cuda else 'no'} | "
+                                comm_init_s=init, cuda_error_in_process=cuda), best, seeds)
+        print(f"| {blocking:g} | {max(commit, blocking):g} | {init:.3g} | {'yes' if cuda else 'no'} | "
               f"{m.goodput:.1%} | {m.ettr:.1%} |", flush=True)
+    print()
+
+
+def issue28(s: Scenario, seeds: int) -> None:
+    print("## 5. Issue 28: what the best strategy reaches as what it depends on moves (the rest as in section 4)")
+    print()
+    print("| heartbeat_s | replica_groups | spares | comm_init_s | heal_s | goodput | ETTR |")
+    print("|---|---|---|---|---|---|---|")
+    upper = comm_init_upper_s(s.gpus)
+    rows = [{}, {"heartbeat_s": 10.0}, {"replica_groups": 40}, {"spares": 8}, {"comm_init_s": upper},
+            {"heal_s": 120.0}, {"heartbeat_s": 10.0, "replica_groups": 40}]
+    for changes in rows:
+        t = replace(s, **changes)
+        m, _ = simulate(t, STRATEGIES["sdc"], seeds)
+        print(f"| {t.heartbeat_s:g} | {t.replica_groups} | {t.spares} | {t.value('comm_init_s'):.3g} | "
+              f"{t.heal_seconds:.3g} | {m.goodput:.1%} | {m.ettr:.1%} |", flush=True)
     print()
 
 
@@ -153,6 +177,7 @@ def main() -> None:
         published(max(args.seeds // 2, 3))
     seeds_question(summaries, s, args.seeds)
     issue23(s, sources, args.seeds)
+    issue28(s, args.seeds)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ When an attempt of a Slurm job ends (`decide`):
   queue; a user's `scancel` does not. The job must not second-guess that, so it just exits.
 - A failure (crash, hang, dead rank): requeue while the failures without progress stay within the
   restart budget; a new checkpoint in between is progress and resets the count. The same failure
-  at the same step on different nodes is a code bug: stop and say so. Failures that follow one
+  at the same step on different nodes is a code bug: stop and say so (not when Slurm says the
+  node is gone: that is hardware, whatever the step). Failures that follow one
   node across steps are hardware: requeue excluding that node. Two failures in a row tell the
   same even with progress in between, when chance cannot pair them (`across_progress`). Out of
   budget: give up.
@@ -49,6 +50,9 @@ from resilient_slurm.ledger import (
 
 WARNING_SIGNALS = ("SIGUSR1", "SIGUSR2")
 HANG_PREFIX = "hang: "
+NODE_LOST = re.compile(r"node not responding|node failure|due to node fail", re.IGNORECASE)
+"""Slurm's word that a node is gone: its hardware, never the code (two such in a row, on two
+nodes, are chance at the seed's scale: a failure every hour over thousands of nodes)."""
 """How a hang reads among failures (its reason follows)."""
 # A rank that fails because a peer died or hung reports the collective, not the cause.
 _PEER_FAILURE = re.compile(r"connection closed by peer|connection reset|timed out|timeout|remote worker|"
@@ -209,6 +213,8 @@ def classify(streak: list[list[Failure]]) -> Diagnosis | None:
             # which the next attempt, without this node, shows.
             return Diagnosis("node", f"every start fails on node {nodes[0]} before the first step: {error}",
                              nodes[0], nodes)
+        if NODE_LOST.search(error):
+            return None  # the budget and the exclude list handle lost nodes, one at a time
         where = f" on nodes {', '.join(nodes)}" if len(nodes) > 1 else f" on node {nodes[0]}" if nodes else ""
         return Diagnosis("code_bug", f"code bug: the same failure after step {step} on every attempt{where}: {error}",
                          nodes=nodes)

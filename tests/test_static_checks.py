@@ -13,21 +13,26 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "resilient_slurm"
 
 # Decisions, parsers, catalogs and layouts: they take data and return data.
-PURE = ["monitor/detectors.py", "recovery.py", "launch/naming.py", "analysis/goodput.py", "analysis/rank_ends.py",
+PURE = ["monitor/detectors.py", "monitor/replay.py", "recovery.py", "launch/naming.py", "analysis/goodput.py",
+        "analysis/rank_ends.py",
         "slurm/env.py", "tracking/history.py", "checkpoint/layout.py", "checkpoint/chunks.py", "checkpoint/plan.py",
+        "checkpoint/names.py",
         "checkpoint/manifest.py", "checkpoint/policy.py", "checkpoint/retention.py", "checkpoint/crc32.py",
         "checkpoint/costs.py", "checkpoint/deadline.py", "checkpoint/interval.py", "checkpoint/nodes.py", "checkpoint/memory_policy.py",
-        "health/xid_catalog.py",
+        "health/xid_catalog.py", "replica/roles.py", "replica/verdict.py",
         "health/kernel_log.py", "health/verdict.py", "slurm/placement.py", "slurm/srun.py", "slurm/step_end.py",
         "simulate/failures.py",
-        "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py",
+        "simulate/scenario.py", "simulate/costs.py", "simulate/history.py", "simulate/tiers.py", "simulate/engine.py", "simulate/saving.py", "simulate/partial.py", "simulate/published.py",
         "simulate/results.py", "simulate/report.py", "simulate/bench.py", "simulate/scaling.py",
         "simulate/memory.py", "data/chat/format.py", "data/packing.py",
         "data/chat/tiny.py", "export/hf_layout.py", "model/families.py", "data/chat/split.py", "sweep/space.py", "sweep/feed.py", "sweep/asha.py",
         "sweep/pbt.py", "sweep/replay.py", "sweep/outcome.py", "export/peft_layout.py", "rundir/paths.py",
-        "checkpoint/collectives.py", "monitor/heartbeats.py", "data/tokens/idx_format.py", "data/tokens/plan.py",
+        "checkpoint/collectives.py", "monitor/heartbeats.py", "monitor/stragglers.py", "supervise/conclusion.py",
+        "process/launch.py", "health/node_policy.py", "analysis/faults.py", "data/tokens/idx_format.py", "data/tokens/plan.py",
         "data/tokens/position.py", "data/tokens/records.py", "replica/plan.py", "data/tokens/tiny_corpus.py", "launch/command.py",
-        *(f"config/{m}.py" for m in ("checks", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",
+        "session/step_sync.py", "session/step_record.py",
+        "parallel/estimate.py", "launch/plan_report.py",
+        *(f"config/{m}.py" for m in ("checks", "families", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",
                                      "tracking", "faults", "sweep", "schema", "overrides", "harness", "parallel"))]
 SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch", "wandb", "mlflow", "submitit",
                 "pynvml", "fcntl", "mmap", "requests", "urllib"}
@@ -111,7 +116,7 @@ def test_the_package_root_stays_small_and_every_sub_package_has_its_map():
 
 # The package's floors, from the ground up: a module imports only from its own floor or those below.
 FLOORS = ["exit_codes", "errors", "files", "console", "process", "config", "ledger", "recovery", "slurm", "rundir", "health",
-          "monitor", "tracking", "analysis", "checkpoint", "replica", "session", "model", "parallel", "data", "export", "evaluate", "trainer",
+          "monitor", "tracking", "analysis", "checkpoint", "session", "model", "parallel", "replica", "data", "export", "evaluate", "trainer",
           "runtime", "api", "supervise", "launch", "sweep",
           "simulate", "report", "compare"]
 # Re-exports at old paths that queued Slurm jobs' pickles name: they point up on purpose.

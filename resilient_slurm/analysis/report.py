@@ -18,12 +18,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.analysis import faults
 from resilient_slurm.analysis.goodput import BREAKDOWN_PARTS, ReplicaChange, Restart
 from resilient_slurm.analysis.summary import ReportError, Summary, load, summarize
 from resilient_slurm.config import ConfigError
 from resilient_slurm.console import pipe_safe
 from resilient_slurm.tracking.mlflow_store import StoredRun, is_file_store
-from resilient_slurm.ledger import EvalFailed, select
+from resilient_slurm.ledger import EvalFailed, Sdc, select
 from resilient_slurm.rundir.benchmarks import latest_by_step
 
 PNG = "report.png"
@@ -51,6 +52,8 @@ def render(s: Summary) -> str:
     add("attempts", f"{len(a.attempts)} ({a.restarts} restart{'s' if a.restarts != 1 else ''}"
                     f"{': ' + causes if causes else ''})")
     lines.extend(_restart_lines(a.restart_list))
+    lines.extend(_fault_lines(f.events, f.kept))
+    lines.extend(_sdc_lines(f.events))
     add("steps lost", f"{a.steps_lost} (computed again after faults, {_duration(t.redone_s)})")
     add("time", f"allocated {_duration(t.allocated_s)} = productive {_duration(t.productive_s)}"
                 f" + redone {_duration(t.redone_s)} + saves {_duration(t.save_s)} + evaluation "
@@ -129,6 +132,45 @@ def _benchmark_lines(s: Summary) -> list[str]:
     for e in select(s.files.events, EvalFailed):
         if e.details.final and e.step not in scored:
             out.append(f"  {'benchmarks' if not out else '':<12}step {e.step}: failed ({e.details.error})")
+    return out
+
+
+def _fault_lines(events: list[Any], rows: list[dict[str, Any]]) -> list[str]:
+    """Each hang with the ranks the others waited for; each straggler, and its swap's effect."""
+    out = []
+    for i, h in enumerate(faults.hangs(events)):
+        who = ", ".join(f"rank {r}" + (f" ({h.nodes[0]})" if len(h.nodes) == 1 else "") for r in h.culprits)
+        if len(h.nodes) > 1:
+            who += f" on {', '.join(h.nodes)}"
+        waited = f"; the others waited in collective {h.collective}" if h.collective else ""
+        out.append(f"  {'hangs' if i == 0 else '':<12}step {h.step}: {who}{waited} (silent {_duration(h.waited_s)})")
+    for i, s in enumerate(faults.stragglers(events, rows)):
+        line = f"step {s.step}: rank {s.rank} on {s.node}, {s.ratio:.1f}x the others' compute"
+        if s.swapped_for:
+            line += f"; swapped for {', '.join(s.swapped_for)}, first step without it {_maybe(s.found_to_first_step_s)}" \
+                    f" after it was found"
+            if s.before is not None and s.after is not None:
+                line += f"; tokens/s {s.before:.0f} -> {s.after:.0f}"
+        else:
+            line += f" ({s.action})"
+        out.append(f"  {'stragglers' if i == 0 else '':<12}{line}")
+    return out
+
+
+def _sdc_lines(events: list[Any]) -> list[str]:
+    """Each silent data corruption: where, on whom, how it was decided, and what became of it."""
+    out = []
+    for i, e in enumerate(select(events, Sdc)):
+        d = e.details
+        tensors = ", ".join(d.tensors[:3]) + (f" and {len(d.tensors) - 3} more" if len(d.tensors) > 3 else "")
+        if d.action == "healed":
+            who = ", ".join(f"rank {r} on {n}" for r, n in zip(d.ranks, d.nodes))
+            what = f"{who} ({d.decided_by}: {d.reason}); healed from {d.source or 'nothing needed'}" \
+                   f" in {d.heal_s or 0.0:.3f} s{', verified' if d.verified else ''}; node taken out"
+        else:
+            what = f"undecided ({d.reason}); suspects {', '.join(d.suspects)}; the attempt ended, to resume from " \
+                   f"the newest checkpoint"
+        out.append(f"  {'sdc' if i == 0 else '':<12}step {e.step}: {d.check} differed in {tensors}: {what}")
     return out
 
 

@@ -14,12 +14,14 @@ from resilient_slurm.rundir.benchmarks import read_scores
 from resilient_slurm.rundir.metrics import lost_path, read_metrics
 from resilient_slurm.rundir.record import read_record
 from resilient_slurm.rundir.identity import load_config
-from resilient_slurm.ledger import Event, read_events
+from resilient_slurm.config import train_steps
+from resilient_slurm.ledger import Event, Finish, Stop, read_events
 from resilient_slurm.tracking.mlflow_store import StoredRun, describe
 from resilient_slurm.tracking.wandb_files import segments
+from resilient_slurm.errors import InputError
 
 
-class ReportError(RuntimeError):
+class ReportError(InputError):
     """Not a run directory; the message names it and the fix."""
 
 
@@ -54,13 +56,17 @@ def load(run_dir: Path) -> RunFiles:
     if not (RunDir(run_dir).meta).is_file():
         raise ReportError(f"{run_dir}: not a run directory (no run.json); pass experiments/<experiment>/<run>")
     meta = json.loads((RunDir(run_dir).meta).read_text())
+    events = read_events(RunDir(run_dir).events)
     max_steps, mode = None, None
     if (RunDir(run_dir).config).is_file():
         cfg = load_config(run_dir)
-        max_steps, mode = cfg.train.max_steps, cfg.tracking.mode
+        # A user's loop gives its own length (`Session.steps(n)`); the built-in trainer's is the config's.
+        max_steps, mode = (None if cfg.entry else train_steps(cfg)), cfg.tracking.mode
+    ends = [e.details.total_steps for e in events if isinstance(e.details, (Finish, Stop)) and e.details.total_steps]
+    max_steps = ends[-1] if ends else max_steps
     metrics = RunDir(run_dir).metrics
     return RunFiles(
-        path=run_dir, meta=meta, max_steps=max_steps, events=read_events(RunDir(run_dir).events),
+        path=run_dir, meta=meta, max_steps=max_steps, events=events,
         kept=read_metrics(metrics), lost=read_metrics(lost_path(metrics)), record=read_record(run_dir),
         wandb_segments=[str(p.parent) for p in segments(RunDir(run_dir).wandb, meta["run_id"])], wandb_mode=mode,
         mlflow=describe(run_dir),

@@ -36,5 +36,8 @@ and a resume use them:
     memory         the memory tier: saves to host memory (tmpfs) and a buddy node's, resume from them
     verify         the `verify` check, shared by the command and the loader
     checkpointer   the loop's single entry point: when, save, retention, tiers, resume
-    __main__       the `verify` command line
+    names          torchtitan's Llama-3 names for ours, and the rotary permutation between them [pure]
+    dcp_io         torch.distributed.checkpoint directories read and written box by box; model.dcp's fill
+    convert        a checkpoint to DCP and back, without a process group
+    __main__       the `verify` and `convert` command lines
 """

@@ -244,6 +244,24 @@ class Checkpointer:
         if problems and self.comm.rank == 0:
             self.events.emit(ledger.SaveFailed(reason="collect", mode="sync", error="; ".join(problems[:5])), step)
 
+    def set_aside(self, restored: load.Restored) -> None:
+        """The copy a resume loaded did not reproduce the run (a replay difference): out of the
+        way, so the next resume takes the step's next copy or an older checkpoint. Memory-tier
+        copies are deleted (their buddy copies hold the same committed bytes, and tmpfs is
+        memory); disk copies are quarantined, as a copy that fails its CRCs is. Collective."""
+        step = layout.step_dir_name(restored.train_state.step)
+        in_memory = self.memory is not None and restored.path.is_relative_to(self.memory.root)
+        leader = self.memory.leader if in_memory and self.memory is not None else self.leader
+        if leader:
+            root = restored.path.parent
+            copies = [p for p in (root / nodes.BUDDY_DIR).glob(f"*/{step}") if p.is_dir()]
+            for path in ([restored.path] if restored.path.is_dir() else []) + copies:
+                if in_memory or path in copies:
+                    store.delete(path)
+                else:
+                    store.quarantine(path)
+        self.comm.barrier()
+
     # --- internals
     def _newest_on_disk(self, before_step: int | None) -> int | None:
         """The newest step committed in the hot tier (in any node's own directory), before

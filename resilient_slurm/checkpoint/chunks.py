@@ -20,6 +20,7 @@ dimension are not one run (a strided shard applied after a plain one), no box de
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
 
@@ -174,7 +175,7 @@ def uncovered(target: Box, boxes: list[Box]) -> Box | None:
                tuple(cuts[d][hi[d]] - cuts[d][lo[d]] for d in range(len(cuts))))
 
 
-def _first_cell(cuts: list[list[int]], covered) -> tuple[int, ...] | None:  # noqa: ANN001
+def _first_cell(cuts: list[list[int]], covered: Callable[[tuple[int, ...]], bool]) -> tuple[int, ...] | None:
     index = [0] * len(cuts)
     while True:
         if not covered(tuple(index)):

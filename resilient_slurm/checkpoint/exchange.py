@@ -14,6 +14,7 @@ descriptions as it has stages), and every rank derives the same plan (`plan.plan
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ from resilient_slurm.checkpoint.collectives import Collectives
 from resilient_slurm.checkpoint.plan import Entry, Holding, Mesh, Plan, PlanError, plan
 from resilient_slurm.checkpoint.state import Held, Snapshot, optimizer_meta
 
-_CACHE: dict[tuple, Plan] = {}
+_CACHE: dict[tuple, tuple[Plan, dict[str, bytes]]] = {}
 _CACHED_PLANS = 4
 """Layouts whose plans are kept: the disk saves' and the memory tier's, and a weights-only one."""
 
@@ -38,6 +39,9 @@ class Agreed:
     """optimizer.json, from every rank's param groups (None without an optimizer)."""
     exchanged: bool
     """The descriptions were exchanged (a new layout), not taken from the cache."""
+    indexes: dict[str, bytes]
+    """Each prefix's shards index as rank 0 writes it: made once per layout (at 4096 tensors its
+    JSON took a fifth of a 1.7 GB save's time when made at every save)."""
 
 
 def holding(snap: Snapshot) -> Holding:
@@ -82,9 +86,11 @@ def agree(snap: Snapshot, comm: Collectives, max_shard_bytes: int) -> Agreed:
             raise PlanFailed(str(e)) from None
         if len(_CACHE) >= _CACHED_PLANS:
             _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = made
-    agreed = _CACHE[key]
+        indexes = {prefix: json.dumps(layout.shards_index(made.specs[prefix], made.files[prefix]), indent=1,
+                                      sort_keys=True).encode() for prefix in made.specs}
+        _CACHE[key] = made, indexes
+    agreed, indexes = _CACHE[key]
     meta = None
     if agreed.optimizer is not None:
         meta = optimizer_meta([(names, gathered[r][1][i]) for names, r, i in agreed.groups], agreed.optimizer)
-    return Agreed(agreed, meta, exchanged)
+    return Agreed(agreed, meta, exchanged, indexes)

@@ -22,12 +22,12 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from resilient_slurm.checkpoint.collectives import RunCollectives
+from resilient_slurm.checkpoint.collectives import Collectives, RunCollectives
 from resilient_slurm.checkpoint import layout, store
 from resilient_slurm.checkpoint.manifest import Manifest
 from resilient_slurm.checkpoint.chunks import Box, whole
@@ -44,15 +44,27 @@ from resilient_slurm.checkpoint.state import (
 )
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.verify import verify
+from resilient_slurm.errors import InputError
 
 
 Refusal = Callable[[TrainState], str | None]
 """refusal(train_state): why the run must not continue from a checkpoint (None: it may)."""
 
 
-class CheckpointRefused(ValueError):
+class CheckpointRefused(InputError):
     """A valid checkpoint this run must not continue from (another base model, another kind of
     training): the resume stops, instead of skipping to an older checkpoint or a fresh start."""
+
+
+class ModelChanged(CheckpointRefused):
+    """A healthy checkpoint whose tensors do not fit this run's model or optimizer (a tensor of another
+    shape, one either side lacks, other parameter groups): the run's code changed since it was
+    saved. The user's to fix, not damaged storage: nothing is moved aside, and older checkpoints,
+    which would not fit either, are not tried."""
+
+
+_CHANGED_FIX = ("the model's code or config changed since this checkpoint was saved; restore the code that saved "
+                "it, or start a new run (another run.name)")
 
 
 class ColdSource(Protocol):
@@ -75,6 +87,8 @@ class Restored:
     saved_world_size: int = 1
     bytes_read: int = 0
     """Bytes of tensor files this rank read (a resume at another world size reads only its rows)."""
+    unheld: frozenset[str] = frozenset()
+    """Saved tensors this rank does not hold (another pipeline stage's, or another model's)."""
     rng: str = "restored"
     """restored: this rank's saved RNG states; reseeded: the checkpoint has none for this rank (it
     was saved by fewer ranks), so they are seeded from (run id, step, rank): reproducible, and
@@ -130,6 +144,7 @@ def resume(
                     continue
             result, reason, loading, refused = attempt(path, comm.rank, model, optimizer, scheduler, io_threads,
                                                        refusal)
+            result, reason, refused = held_somewhere(comm, result, reason, refused)
             touched |= loading
             outcomes = comm.all_gather_object((result is not None, reason, refused))
             refusals = sorted({r for _, _, r in outcomes if r})
@@ -162,6 +177,8 @@ def attempt(
             if refused:
                 return None, refused, False, refused
         return load_into(path, verdict.manifest, rank, model, optimizer, scheduler, io_threads), "ok", True, None
+    except ModelChanged as e:  # found before anything was read into the state
+        return None, str(e), False, str(e)
     except (LoadError, FormatError, ValueError, KeyError, OSError) as e:
         return None, str(e), True, None
 
@@ -203,6 +220,44 @@ def needed_files(path: Path, manifest: Manifest, model: nn.Module) -> set[str]:
     return out
 
 
+def model_changed(saved: dict[str, Saved], wanted: dict[str, tuple[int, ...]]) -> str | None:
+    """How this rank's tensors differ from the checkpoint's (by name and global shape), or None. A
+    saved tensor this rank lacks may be another pipeline stage's: `held_somewhere` asks every rank."""
+    missing = sorted(set(wanted) - set(saved))
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        return f"this model has tensor {missing[0]!r}{more}, which the checkpoint does not hold"
+    for name, shape in wanted.items():
+        if tuple(shape) != saved[name].shape:
+            return (f"tensor {name!r} is {list(saved[name].shape)} in the checkpoint and {list(shape)} in this "
+                    f"model")
+    return None
+
+
+def optimizer_changed(meta: dict[str, Any], optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str],
+                      saved: dict[str, Saved]) -> str | None:
+    """How the optimizer differs from the checkpoint's, or None: its type, a parameter the saved one
+    did not have, or parameters the saved one kept in one group that this run puts in groups of
+    different settings (another layout may hold fewer of each group: a pipeline stage)."""
+    if meta.get("type") != type(optimizer).__name__:
+        return f"the checkpoint's optimizer is {meta.get('type')} and this run's is {type(optimizer).__name__}"
+    saved_in = {name: i for i, g in enumerate(meta.get("param_groups", [])) for name in g["params"]}
+    here: dict[int, tuple[str, dict[str, Any]]] = {}
+    for group in optimizer.param_groups:
+        settings = {k: v for k, v in group.items() if k != "params"}
+        for p in group["params"]:
+            name = names[p]
+            if name not in saved_in:
+                return f"this run's optimizer has parameter {name!r}, which the checkpoint's did not"
+            first, seen = here.setdefault(saved_in[name], (name, settings))
+            differ = sorted(k for k in seen.keys() | settings.keys() if seen.get(k) != settings.get(k))
+            if differ:
+                return (f"the checkpoint's optimizer kept {first!r} and {name!r} in one parameter group, and this "
+                        f"run's puts them in groups of different {differ[0]} ({seen.get(differ[0])} and "
+                        f"{settings.get(differ[0])})")
+    return None
+
+
 def _state_box(saved: Saved, param: torch.Tensor) -> Box:
     """The box of an optimizer state tensor this rank holds: its parameter's, for state shaped
     like it; the whole of the rest (a step count)."""
@@ -218,8 +273,8 @@ def load_into(
     scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     io_threads: int,
 ) -> Restored:
-    """Load one verified-looking checkpoint into this rank's shards; raise LoadError (or FormatError)
-    on any mismatch."""
+    """Load one verified-looking checkpoint into this rank's shards; ModelChanged, before anything is
+    read, when its tensors do not fit this model; LoadError (or FormatError) when it is damaged."""
     # Small JSON files first: nothing is applied until every byte has been checked.
     docs = {rel: read_json(path, rel, manifest) for rel in manifest.files if rel.endswith(".json")}
     train_state = TrainState.from_json(docs[layout.TRAIN_STATE])
@@ -229,12 +284,14 @@ def load_into(
     # Without an optimizer to restore into (a user's loop may have none), its saved state is not read.
     saved_optim = saved_tensors(path, layout.OPTIMIZER, manifest, docs) if optimizer is not None else {}
     targets = model_tensors(model)
-    unknown = sorted(set(saved_model) - set(targets))
-    if unknown:
-        raise LoadError(f"checkpoint has tensor {unknown[0]!r}, which this model does not")
-    missing = sorted(set(targets) - set(saved_model))
-    if missing:
-        raise LoadError(f"checkpoint lacks model tensors: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    # A saved tensor this rank does not hold may be another rank's (pipeline stages hold different
+    # layers): `held_somewhere` checks, over all ranks, that some rank holds each one.
+    unheld = set(saved_model) - set(targets)
+    changed = model_changed(saved_model, {name: h.spec.shape for name, h in targets.items()})
+    if changed is None and optimizer is not None and layout.OPTIMIZER_META in docs:
+        changed = optimizer_changed(docs[layout.OPTIMIZER_META], optimizer, names, saved_optim)
+    if changed is not None:
+        raise ModelChanged(f"{changed}: {_CHANGED_FIX}")
 
     reader = Reader(path, manifest, io_threads)
     copies: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -242,7 +299,7 @@ def load_into(
         # Straight into the parameter's own storage when it can take the bytes, else via the CPU.
         direct = h.data.device.type == "cpu" and h.data.is_contiguous() and h.data.dtype == saved_model[name].dtype
         dest = h.data if direct else torch.empty(h.data.shape, dtype=saved_model[name].dtype)
-        reader.add(name, saved_model[name], dest, h.box)
+        reader.add(name, saved_model[name], dest, h.box, h.spec.shape)
         if not direct:
             copies.append((h.data, dest))
     existing = optimizer_tensors(optimizer, names) if optimizer is not None else {}
@@ -250,7 +307,8 @@ def load_into(
     for name, saved in saved_optim.items():
         param = by_name.get(name.rsplit(".", 1)[0])
         if param is None:
-            raise LoadError(f"checkpoint has optimizer state {name!r} for a parameter this model does not have")
+            unheld.add(name)
+            continue
         box = _state_box(saved, param)
         shape = box.lengths
         # Into the state the optimizer already has (a rollback) when it fits: no second copy of it.
@@ -276,4 +334,19 @@ def load_into(
     else:
         reseed_rng(zlib.crc32(f"{train_state.run_id}:{train_state.step}:{rank}".encode()))
     return Restored(path, train_state, bool(saved_optim), saved_world_size=manifest.world_size,
-                    rng="restored" if rng is not None else "reseeded", bytes_read=reader.bytes_read)
+                    rng="restored" if rng is not None else "reseeded", bytes_read=reader.bytes_read,
+                    unheld=frozenset(unheld))
+
+
+def held_somewhere(comm: Collectives, result: Restored | None, reason: str,
+                   refused: str | None) -> tuple[Restored | None, str, str | None]:
+    """Every rank, after its `attempt`: a load that succeeded on every rank is refused when some
+    saved tensor is held by no rank (the model changed since the save). Collective."""
+    unheld = comm.all_gather_object(None if result is None else sorted(result.unheld))
+    if result is None or any(u is None for u in unheld):
+        return result, reason, refused
+    nowhere = sorted(set.intersection(*(set(u) for u in unheld)))
+    if nowhere:
+        why = f"the checkpoint holds tensor {nowhere[0]!r}, which no rank of this model holds: {_CHANGED_FIX}"
+        return None, why, why
+    return result, reason, refused

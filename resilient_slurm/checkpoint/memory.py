@@ -63,9 +63,10 @@ from resilient_slurm.checkpoint.state import Snapshot, model_tensors, optimizer_
 from resilient_slurm.config import CheckpointConfig
 from resilient_slurm.ledger import EventLog
 from resilient_slurm.checkpoint.collectives import RunCollectives
+from resilient_slurm.errors import InputError
 
 
-class MemoryTierTooSmall(ValueError):
+class MemoryTierTooSmall(InputError):
     """A node's memory cannot hold the tier (checked at start): change the config; a restart cannot help."""
 
 

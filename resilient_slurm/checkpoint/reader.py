@@ -119,11 +119,12 @@ class Reader:
         self.files: dict[str, _File] = {}
         self.bytes_read = 0
 
-    def add(self, name: str, saved: Saved, dest: torch.Tensor, box: Box) -> None:
+    def add(self, name: str, saved: Saved, dest: torch.Tensor, box: Box, shape: tuple[int, ...] | None = None) -> None:
         """Fill `dest` (contiguous, on the CPU, the saved dtype, of the box's shape) with box `box`
-        of tensor `name`."""
-        if dest.dtype != saved.dtype or len(box.offsets) != len(saved.shape) or \
-                tuple(dest.shape) != box.lengths or intersect(box, whole(saved.shape)) not in (box, None):
+        of tensor `name`; `shape`: the global shape of the tensor `dest` is part of, which must be
+        the saved one."""
+        if dest.dtype != saved.dtype or len(box.offsets) != len(saved.shape) or tuple(dest.shape) != box.lengths \
+                or (box.volume and intersect(box, whole(saved.shape)) != box) or shape not in (None, saved.shape):
             raise LoadError(f"tensor {name!r}: the checkpoint has {saved.dtype}{list(saved.shape)}, this run needs "
                             f"{box.describe()} of it as {dest.dtype}{list(dest.shape)}")
         if not box.volume:
@@ -225,7 +226,8 @@ class Reader:
         """Overlaps through scratch, SCRATCH_BYTES at a time: read their runs, copy them out."""
         pending = [(rel, p) for rel in rels for p in self.files[rel].pieces]
         while pending:
-            batch, size = [], 0
+            batch: list[tuple[str, _Piece]] = []
+            size = 0
             while pending and (not batch or size + pending[0][1].nbytes <= SCRATCH_BYTES):
                 batch.append(pending.pop(0))
                 size += batch[-1][1].nbytes

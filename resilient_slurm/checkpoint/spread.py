@@ -148,8 +148,11 @@ class SpreadResume:
                 touched = True
                 result, reason = load.load_into(path, manifest, self.rank, model, optimizer, scheduler,
                                                 self.io_threads), "ok"
+            except load.ModelChanged as e:  # the model's code changed: the user's to fix, nothing to skip
+                reason = refused = str(e)
             except (LoadError, FormatError, ValueError, KeyError, OSError) as e:
                 reason = str(e)
+            result, reason, refused = load.held_somewhere(self.comm, result, reason, refused)
             outcomes = self.comm.all_gather_object((result is not None, reason, refused))
             _raise_refused(path, outcomes)
             if all(ok for ok, _, _ in outcomes):
@@ -254,6 +257,7 @@ class SpreadResume:
             path = self.root / layout.step_dir_name(step)
             result, reason, _, refused = load.attempt(path, self.rank, model, optimizer, scheduler, self.io_threads,
                                                       refusal)
+            result, reason, refused = load.held_somewhere(self.comm, result, reason, refused)
             outcomes = self.comm.all_gather_object((result is not None, reason, refused))
             _raise_refused(path, outcomes)
             if all(ok for ok, _, _ in outcomes):

@@ -20,22 +20,17 @@ class TrainState:
     train_seconds: float = 0.0
     """Seconds spent in steps (not in saves, evaluations or restarts), summed over attempts."""
     reason: str = ""
-    """Why the save was made: periodic, time, emergency, final, pause, memory."""
+    """Why the save was made: periodic, time, emergency, final, pause, memory, eval, requested (a loop's `save`)."""
     saved_at: str = ""
     world_size: int = 1
     run_id: str = ""
     config_hash: str = ""
     """The run's config hash when this was saved: another one means the run's hyperparameters changed
     since (a search's explore step), or another run saved it (a PBT member's copied checkpoint)."""
-    epoch: int | None = None
-    samples_consumed: int | None = None
-    """The built-in trainer's data position: rows consumed over all ranks."""
-    global_batch_size: int | None = None
-    micro_batch_size: int | None = None
     data_state: dict[str, Any] | None = None
-    """A user loop's data position, as its `state_dict()` gave it (JSON)."""
-    data: dict[str, Any] | None = None
-    """The token mixture's position: the global counter, the data phase, each source's place."""
+    """The data position, as the registered data object's `state_dict()` gave it (JSON): a user's loop's
+    own, or the built-in trainer's pipeline's (rows or windows consumed over all ranks, the epoch, the
+    batch they were cut into, and a token mixture's phase and sources under `mixture`)."""
     lora: dict[str, Any] | None = None
     """A LoRA run's adapters (rank, alpha, dropout, targets)."""
     base_model: dict[str, Any] | None = None
@@ -53,5 +48,23 @@ class TrainState:
         known = {f.name for f in fields(TrainState)} - {"extra"}
         if not isinstance(doc.get("step"), int):
             raise ValueError(f"train_state.json: no integer step (found {doc.get('step')!r})")
+        doc = _one_data_position(doc)
         return TrainState(**{k: v for k, v in doc.items() if k in known},
                           extra={k: v for k, v in doc.items() if k not in known})
+
+
+_OLD_POSITION = ("samples_consumed", "epoch", "global_batch_size", "micro_batch_size")
+
+
+def _one_data_position(doc: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint of the built-in trainer written before the data position had one field: its
+    `samples_consumed`, `epoch`, batch sizes and token mixture (`data`) become the pipeline's
+    `data_state`, as the pipeline writes it now."""
+    if doc.get("data_state") is not None or not any(doc.get(k) is not None for k in (*_OLD_POSITION, "data")):
+        return doc
+    position = {k: doc[k] for k in _OLD_POSITION if doc.get(k) is not None}
+    if doc.get("data") is not None:
+        position["mixture"] = doc["data"]
+        position.setdefault("samples_consumed", doc["data"]["sequences"])
+    rest = {k: v for k, v in doc.items() if k not in (*_OLD_POSITION, "data")}
+    return {**rest, "data_state": position}

@@ -7,8 +7,10 @@ from collections.abc import Iterable
 from dataclasses import fields, is_dataclass
 from typing import Any
 
+from resilient_slurm.errors import InputError
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError):
     """A config value is wrong; the message is one line naming the key and the fix."""
 
 

@@ -40,12 +40,14 @@ class Adjustment:
 
 def to_config(cfg: DictConfig | dict[str, Any], explicit: Iterable[str] = (),
               adjustments: list[Adjustment] | None = None,
-              resolve_model: Callable[[ModelConfig], ModelConfig] | None = None) -> Config:
+              resolve_model: Callable[[ModelConfig], ModelConfig] | None = None,
+              data_location: bool = True) -> Config:
     """Resolve, type-check and validate a composed config; raise ConfigError listing every problem,
     one line each. `explicit` names the keys the user set on the command line: defaults that do not
     fit are adjusted only where the user did not choose them, and each change is appended to
     `adjustments`. `resolve_model` fills in what the model's own files say (its dimensions, from a
-    pretrained directory) before the values are checked against each other."""
+    pretrained directory) before the values are checked against each other. `data_location=False`:
+    the data's location is not asked for (a plan reads no data)."""
     container = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(container, dict)
     container = with_user_keys({str(k): v for k, v in container.items() if k != "hydra"})
@@ -80,7 +82,7 @@ def to_config(cfg: DictConfig | dict[str, Any], explicit: Iterable[str] = (),
     adjusted = fit_warmup(typed, set(explicit))
     if adjusted and adjustments is not None:
         adjustments.append(adjusted)
-    problems += validate(typed)
+    problems += validate(typed, data_location)
     if problems:
         raise ConfigError("\n".join(problems))
     return typed

@@ -28,3 +28,9 @@ class FaultConfig:
     """Keep this many more MB of host memory every step (on `ranks`): a leak."""
     ranks: list[int] = field(default_factory=list)
     """Ranks the faults apply to (empty: all)."""
+    sdc_step: int = 0
+    """Flip one bit in one parameter shard on rank `sdc_rank` after this step's update, once per run:
+    a silent data corruption for the sentinel (monitor.sdc) to find. The lowest bit of the first
+    element of the rank's first non-empty shard: no NaN, a loss no check would notice."""
+    sdc_rank: int = 0
+    """The rank whose shard `sdc_step` corrupts (not `ranks`: one rank, one bit)."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from resilient_slurm.config.families import FAMILIES as CATALOG
 from resilient_slurm.config.checks import Problems
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """The linear layers of a Llama decoder layer (Hugging Face names): what LoRA can adapt."""
 DTYPES = ("float32", "bfloat16")
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
-"""Model families the decoder builds (config.json's model_type); model/families.py says how each differs."""
+FAMILIES = tuple(CATALOG)
+"""Model families the decoder builds (config.json's model_type): config/families.py says how each differs."""
 
 
 @dataclass
@@ -53,6 +54,15 @@ class ModelConfig:
     config: str | None = None
     """A Hugging Face model directory (or its config.json) whose dimensions the model takes, with
     random weights: pretraining a known architecture from scratch. Ignored with `pretrained`."""
+    dcp: str | None = None
+    """A torch.distributed.checkpoint directory (the one holding `.metadata`) whose model weights
+    the run starts from, each rank reading only its own part of every tensor, at the run's own
+    sharding, whatever sharding saved it. Its names are recognised: ours (Hugging Face's, as
+    `model.state_dict()` gives them) or torchtitan's Llama-3 (tok_embeddings, layers.N.attention.wq,
+    ...; wq and wk are permuted to our rotary layout), at the top or under one prefix (`model.`).
+    The dimensions come from the config as usual (`config` sets them from an HF config.json), and a
+    tensor the checkpoint lacks or holds in another shape stops the run with one line. A later
+    resume loads the run's own checkpoints, not this. Not with `pretrained`, nor with LoRA."""
     family: str = "llama"
     """The architecture's family (FAMILIES), from config.json's model_type when `pretrained` is set;
     it names the class an export's config.json gives transformers."""
@@ -112,5 +122,10 @@ class ModelConfig:
                "model.hidden_size: head dim must be even for rotary embeddings; change hidden_size or num_heads")
         p.need(self.family in FAMILIES, f"model.family: {self.family!r} unknown; use one of {', '.join(FAMILIES)}")
         p.need(self.dtype in DTYPES, f"model.dtype: {self.dtype!r} unknown; use one of {', '.join(DTYPES)}")
+        p.need(not (self.dcp and self.pretrained),
+               "model.dcp: set with model.pretrained; the initial weights come from one of them, so unset the other")
+        p.need(not (self.dcp and self.lora.rank is not None),
+               "model.dcp: LoRA adapters train on a model.pretrained base (an HF directory); unset model.dcp or "
+               "model.lora.rank")
         p.extend_new(self.lora.problems())
         return p

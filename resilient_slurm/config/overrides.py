@@ -6,7 +6,8 @@ write `+optim.lrr=1e-3`, which adds the typo); the checks here find what it woul
 keys the schema does not have (with the likeliest one meant), a group option that does not exist
 (with the options), a group given with a `+` it needs or must not have, an override without `=`.
 What still reaches Hydra and fails is translated by `hydra_problem`. Keys under a section a
-user's own function brings (`entry=`, `+own=...`) are theirs and are not checked.
+user's own function brings (`entry=`, `+own=...`) are theirs and are not checked, but for `+NAME=WORD`
+with no group NAME/ to choose WORD from, which Hydra would silently make the string "WORD".
 """
 
 from __future__ import annotations
@@ -113,6 +114,12 @@ def check(overrides: Sequence[str], schema: Schema, groups: Groups, entry: bool)
             continue
         top = o.key.split(".")[0]
         if top not in schema.tops:
+            if entry and o.prefix == "+" and o.key == top and _a_name(o.value):
+                # Hydra makes `+own=default` the string "default" when no group own/ is on the search path.
+                problems.append(f"{o.text}: no config group {o.key}/ on the search path, so {o.key} would be the "
+                                f"string {o.value!r}; pass --config-dir DIR with {o.key}/{o.value}.yaml in it, or quote "
+                                f"the value (+{o.key}='{o.value}') if you mean the string")
+                continue
             # A section of the user's own (a group of theirs), or `+key=...` with an entry in a preset:
             # the composed config tells (config.compose refuses what is left over).
             if top in groups.options or o.prefix in ("+", "++"):
@@ -131,6 +138,12 @@ def check(overrides: Sequence[str], schema: Schema, groups: Groups, entry: bool)
             parent = next(p for p in schema.open if o.key.startswith(p + "."))
             problems.append(f"{o.key}: a new entry of {parent}; write +{o.text}")
     return problems
+
+
+def _a_name(value: str | None) -> bool:
+    """An unquoted word that is not a number or a YAML constant: what a config group's option looks like."""
+    return bool(value and re.fullmatch(r"[A-Za-z_][\w-]*", value)
+                and value.lower() not in ("true", "false", "null", "none", "nan", "inf"))
 
 
 def _val_samples_problem(value: str | None) -> str | None:

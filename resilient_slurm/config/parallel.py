@@ -6,6 +6,14 @@ tp, so the ranks of one tensor-parallel group are consecutive and sit on one nod
 order; Megatron's default puts TP fastest-varying too). `dp_shard=-1` takes what the other degrees
 leave, so the same recipe runs at any world size that the fixed degrees divide, and an elastic
 shrink drops whole data-parallel groups.
+
+Pipeline stages are cut by decoder layer (`stage_layers`), torchtitan's rule: the embedding and the
+head each weigh as much as a layer, so the L + 2 units are spread evenly over the stages, the
+remainder to the earliest, and the first and last stages hold one layer fewer for them. Where that
+would leave a stage without a layer (under two layers a stage), the layers alone are spread evenly,
+the remainder to the earliest. Pipeline rank r runs stages r, r + pp, r + 2pp, ... (`rank_stages`:
+the loop order torch.distributed.pipelining assumes), so the first stage is on pp rank 0 and the
+last on pp rank pp - 1.
 """
 
 from __future__ import annotations
@@ -126,3 +134,39 @@ def resolve(cfg: ParallelConfig, world_size: int) -> Layout | str:
                 f"{layout.world_size}, but the run has {world_size} rank(s); make the product equal the ranks, "
                 f"or set parallel.dp_shard=-1")
     return layout
+
+
+def _spread(n: int, parts: int) -> list[int]:
+    base, extra = divmod(n, parts)
+    return [base + (i < extra) for i in range(parts)]
+
+
+def stage_layers(num_layers: int, num_stages: int) -> list[range]:
+    """The decoder layers of each pipeline stage (module docstring); ValueError unless every stage
+    can have one."""
+    if not 1 <= num_stages <= num_layers:
+        raise ValueError(f"{num_stages} pipeline stage(s) for {num_layers} layer(s): every stage needs a layer")
+    sizes = _spread(num_layers + 2, num_stages)
+    sizes[0] -= 1
+    sizes[-1] -= 1
+    if min(sizes) < 1:
+        sizes = _spread(num_layers, num_stages)
+    starts = [sum(sizes[:i]) for i in range(num_stages)]
+    return [range(a, a + n) for a, n in zip(starts, sizes)]
+
+
+def rank_stages(pp_rank: int, pp: int, stages_per_rank: int) -> list[int]:
+    """The stages pipeline rank `pp_rank` runs, in order."""
+    return [pp_rank + k * pp for k in range(stages_per_rank)]
+
+
+def interleaved_problem(micro_batches: int, pp: int) -> str | None:
+    """What ScheduleInterleaved1F1B (torch 2.13) refuses of a step's micro-batches: it runs them in
+    rounds of max(1, micro_batches // pp), which must divide them."""
+    rounds = max(1, micro_batches // pp)
+    if micro_batches % rounds == 0:
+        return None
+    return (f"parallel.pp_schedule: interleaved_1f1b runs the {micro_batches} micro-batches of a step in {rounds} "
+            f"rounds (micro-batches // pp), which must divide them; make the micro-batches per step a multiple "
+            f"of {rounds} (data.global_batch_size / (data.micro_batch_size * data-parallel ranks)), or use "
+            f"parallel.pp_schedule=1f1b")

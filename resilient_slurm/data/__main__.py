@@ -22,6 +22,7 @@ import argparse
 import os
 import sys
 
+from resilient_slurm.errors import InputError
 from resilient_slurm.exit_codes import ExitCode
 
 def main(argv: list[str]) -> int:
@@ -33,7 +34,7 @@ def main(argv: list[str]) -> int:
         return ExitCode.CONFIG
     try:
         return _tokenize(argv[1:]) if argv[0] == "tokenize" else _prepare(argv[1:])
-    except ValueError as e:  # TokenizeError, TokenDataError, ConfigError, TokenizerError, InputError
+    except InputError as e:  # TokenizeError, TokenDataError, ConfigError, TokenizerError, TextInputError, ...
         for line in str(e).splitlines():
             print(f"resilient_slurm: {argv[0]}: {line}", file=sys.stderr)
         return ExitCode.CONFIG
@@ -55,13 +56,13 @@ def _tokenize(argv: list[str]) -> int:
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
     if a.workers < 1 or a.chunk_lines < 1:
-        raise ValueError("--workers and --chunk-lines: set them to 1 or more")
+        raise InputError("--workers and --chunk-lines: set them to 1 or more")
     from resilient_slurm.data.tokenizer import resolve_path
 
     directory = resolve_path(a.tokenizer)
     if not os.path.isfile(os.path.join(directory, "tokenizer.json")):
         what = "no tokenizer.json there" if os.path.isdir(directory) else "no such directory"
-        raise ValueError(f"--tokenizer {a.tokenizer}: {what}; give a Hugging Face model directory that has "
+        raise InputError(f"--tokenizer {a.tokenizer}: {what}; give a Hugging Face model directory that has "
                          f"tokenizer.json")
     report = tokenize(a.input, a.output_prefix, a.tokenizer, a.workers, a.text_key, a.bad_lines, not a.no_eos,
                       not a.no_progress, a.chunk_lines)

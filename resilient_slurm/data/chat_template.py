@@ -28,11 +28,13 @@ from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from resilient_slurm.errors import InputError
+
 _OPEN, _CLOSE = "\ue000", "\ue001"
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
-class TemplateRenderError(ValueError):
+class TemplateRenderError(InputError):
     """The template refused a conversation (`raise_exception`) or failed on it."""
 
 

@@ -17,12 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from resilient_slurm.errors import InputError
+
 BLOCK = 1 << 16
 SAMPLES = 16
 """Blocks read between the first and the last."""
 
 
-class DataChangedError(ValueError):
+class DataChangedError(InputError):
     """The data a run was started on is not the data there now; one line naming the file."""
 
 

@@ -1,7 +1,7 @@
 """The data a run trains on, opened for one rank: chat rows or a token mixture, with its sampler.
 
 The built-in trainer opens its data here; bad input stops before any training with one line naming
-the file and the fix (`InputError`).
+the file and the fix (an `InputError`).
 """
 
 from __future__ import annotations
@@ -10,22 +10,14 @@ import json
 from pathlib import Path
 
 from resilient_slurm.config import Config
-from resilient_slurm.data.chat.build import DataFormatError
 from resilient_slurm.data.chat.dataset import ChatData, cache_root, open_chat_data
-from resilient_slurm.data.chat_template import TemplateRenderError
-from resilient_slurm.data.fingerprint import DataChangedError, DataFingerprint, fingerprint
+from resilient_slurm.data.fingerprint import DataFingerprint, fingerprint
 from resilient_slurm.data.pipeline import ChatPipeline, TokenPipeline
-from resilient_slurm.data.tokenizer import TokenizerError
-from resilient_slurm.data.tokens.errors import TokenDataError
 from resilient_slurm.data.tokens.token_data import open_token_data
 from resilient_slurm.errors import InputError
 from resilient_slurm.files import atomic_write
-from resilient_slurm.model.pretrained import PretrainedError
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.session.distributed import Comm
-
-INPUT_ERRORS = (DataFormatError, DataChangedError, TemplateRenderError, TokenizerError, PretrainedError,
-                FileNotFoundError)
 
 
 def open_pipeline(cfg: Config, run_dir: Path, comm: Comm, dp_rank: int, dp_size: int) -> ChatPipeline | TokenPipeline:
@@ -33,11 +25,7 @@ def open_pipeline(cfg: Config, run_dir: Path, comm: Comm, dp_rank: int, dp_size:
     The sampler hands out the rows of data-parallel group `dp_rank` of `dp_size`: the tensor and
     pipeline ranks of one group read the same rows, so a layout change does not change the data."""
     if cfg.data.kind == "tokens":
-        try:
-            tokens = open_token_data(cfg, run_dir, comm.rank)
-        except TokenDataError as e:
-            raise InputError(str(e)) from None
-        return TokenPipeline(cfg, tokens, dp_rank, dp_size)
+        return TokenPipeline(cfg, open_token_data(cfg, run_dir, comm.rank), dp_rank, dp_size)
     return ChatPipeline(cfg, open_data(cfg, run_dir, comm), dp_rank, dp_size)
 
 
@@ -53,10 +41,7 @@ def open_data(cfg: Config, run_dir: Path, comm: Comm) -> ChatData:
         # One rank reads the samples; every rank gets the same fingerprint (the others' disks may be slow).
         return comm.all_gather_object(fingerprint(files) if comm.rank == 0 else None)[0]
 
-    try:
-        data = open_chat_data(cfg.data, tokenizer, cache_root(cfg), recorded, take=take)
-    except INPUT_ERRORS as e:
-        raise InputError(str(e)) from None
+    data = open_chat_data(cfg.data, tokenizer, cache_root(cfg), recorded, take=take)
     if data.tokenizer.vocab_size > cfg.model.vocab_size:
         raise InputError(f"vocabulary mismatch: the tokenizer of {tokenizer} has {data.tokenizer.vocab_size} tokens "
                          f"but the model embeds {cfg.model.vocab_size} (model.vocab_size); use the model's own "

@@ -29,6 +29,7 @@ from typing import Any
 from tokenizers import Encoding, Tokenizer
 
 from resilient_slurm.data.chat_template import ChatTemplate
+from resilient_slurm.errors import InputError
 
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
@@ -48,7 +49,7 @@ def resolve_path(path: str) -> str:
     return os.path.join(ASSETS_DIR, *path[len(ASSET_PREFIX):].split("/"))
 
 
-class TokenizerError(ValueError):
+class TokenizerError(InputError):
     """The tokenizer directory is unusable; the message is one line naming it and the fix."""
 
 

@@ -28,6 +28,7 @@ from resilient_slurm.checkpoint import store
 from resilient_slurm.config import Config
 from resilient_slurm.evaluate.job import PIN_HOLDER, work_dir
 from resilient_slurm.ledger import EvalFailed, EvalLaunched, EventLog
+from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.slurm.sbatch import sbatch
 
 log = logging.getLogger("resilient_slurm")
@@ -104,9 +105,7 @@ class SideEvaluations:
 
 # The training rank's process-group and supervision settings: inherited, they would make lm-eval's
 # accelerate join the training's rendezvous (its port is taken: EADDRINUSE) and the child beat as a rank.
-RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
-            "ROLE_RANK", "ROLE_WORLD_SIZE", "RESILIENT_SLURM_HEARTBEAT", "RESILIENT_SLURM_DRIVEN",
-            "RESILIENT_SLURM_REJOIN", "RESILIENT_SLURM_JOIN", "RESILIENT_SLURM_GENERATION")
+RANK_ENV = (*RankLaunch.names(), "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE")
 
 
 def eval_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from resilient_slurm.config import ModelConfig
-from resilient_slurm.model.families import FAMILIES
+from resilient_slurm.config.families import FAMILIES
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"

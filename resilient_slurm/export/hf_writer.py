@@ -36,6 +36,7 @@ from resilient_slurm.export.hf_layout import (
 )
 from resilient_slurm.model.pretrained import expected_shapes, model_fields
 from resilient_slurm.data.tokenizer import TOKENIZER_FILES
+from resilient_slurm.errors import InputError
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 # Fields that fix the weights' shapes and meaning: an export over a base must agree with it on each.
@@ -43,7 +44,7 @@ SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", 
                 "head_dim", "tie_embeddings", "family", "qkv_bias", "qk_norm")
 
 
-class ExportError(ValueError):
+class ExportError(InputError):
     """The export cannot be written as asked; the message is one line naming what and the fix."""
 
 

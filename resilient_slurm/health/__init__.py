@@ -12,6 +12,8 @@ Modules, in the order data flows:
     verdict       events + GPU findings + history → Verdict                      [pure]
     node_state    per-node cursors and Xid history on local disk
     exclude_list  the run's exclude list on shared storage; the --exclude value
+    node_policy   which nodes a node record keeps out of new jobs                    [pure]
+    node_record   the cluster's node record across jobs (JSON lines on shared storage)
     oom_kill      OOM-kill lines and cgroup oom_kill counters → host OOM, not a node fault [pure]
     oom_watch     the kernel log since a start and a process's memory cgroup counters
 

@@ -1,7 +1,9 @@
 """`tools/xid_scan`: the node health scan as a Slurm Prolog/Epilog or by hand, and the exclude list.
 
-    xid_scan [--kernel-log FILE] [--state-dir DIR] [--exclude-file FILE] [--drain] ...
+    xid_scan [--kernel-log FILE] [--state-dir DIR] [--exclude-file FILE] [--append-node-record FILE]
+             [--drain] ...
     xid_scan exclude {list,add,clear,render} --file FILE ...
+    xid_scan --node-record FILE [--policy SPEC] [--clear NODE ...]
 
 Slurm runs a Prolog or Epilog with no arguments and no PATH, so a site points `Prolog=`/`Epilog=`
 at a two-line wrapper that execs this with its flags, e.g.
@@ -28,7 +30,8 @@ import time
 from collections.abc import Mapping, Sequence
 
 from resilient_slurm.files import utc_stamp
-from resilient_slurm.health import exclude_list
+from resilient_slurm.health import exclude_list, node_record
+from resilient_slurm.health.node_policy import KINDS, excluded, parse_limits
 from resilient_slurm.health.log_sources import LogReadError
 from resilient_slurm.health.nvml_checks import DEFAULT_MAX_TEMP_C
 from resilient_slurm.health.scan import (
@@ -63,6 +66,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     env = os.environ if environ is None else environ
     if args_in[:1] == ["exclude"]:
         return _exclude_main(args_in[1:], time.time())
+    if args_in[:1] == ["--node-record"] or any(a.startswith("--node-record=") for a in args_in[:1]):
+        return _record_main(args_in, time.time())
     args = _scan_parser().parse_args(args_in)
     context = context_from_env(env) if args.context == "auto" else args.context
     node = args.node or node_from_env(env)
@@ -139,6 +144,13 @@ def _take_out(verdict: Verdict, request: ScanRequest, args: argparse.Namespace) 
             )
         except (exclude_list.ExcludeListError, OSError, TimeoutError) as exc:
             print(f"xid_scan {request.node}: not added to the exclude list: {exc}", file=sys.stderr)
+    if args.append_node_record:
+        try:
+            node_record.append(args.append_node_record, node_record.Mark(
+                request.node, node_record.XID, time.time(), request.job_id,
+                {"xid": verdict.xid, "action": verdict.action.label, "reason": verdict.reason}))
+        except (OSError, TimeoutError) as exc:
+            print(f"xid_scan {request.node}: not added to the node record: {exc}", file=sys.stderr)
     if args.drain:
         ok, message = drain_node(request.node, f"xid_scan: {verdict.reason}", args.scontrol)
         if not ok:
@@ -225,8 +237,12 @@ def _scan_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--exclude-file", metavar="FILE", help="add the node to this exclude list on exclude/drain")
     p.add_argument("--exclude-ttl-h", type=float, default=24.0, help="life of that entry (%(default)s h)")
+    p.add_argument("--append-node-record", metavar="FILE",
+                   help="when the node goes out, add the verdict to this node record (see xid_scan --node-record)")
     p.add_argument("--drain", action="store_true", help="also run scontrol drain with the reason")
     p.add_argument("--scontrol", default=DEFAULT_SCONTROL, help="scontrol to run for --drain (%(default)s)")
+    p.add_argument("--node-record", metavar="FILE",
+                   help="instead of a scan: print this node record (first argument; see --node-record -h)")
     p.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="watchdog bound (%(default)s s)")
     return p
 
@@ -287,3 +303,41 @@ def _exclude_main(argv: list[str], now: float) -> int:
     return EXIT_OK
 
 
+DEFAULT_POLICY = "window_h=168,xid=2,sdc=2,straggler=3,hang=3"
+"""health.node_record_policy's defaults, spelled for the command line."""
+
+
+def _record_main(argv: list[str], now: float) -> int:
+    """Print the node record: per node, its marks by kind within the policy's window, its newest mark,
+    and whether the policy keeps it out of new jobs; `--clear NODE` vouches for a repaired node."""
+    p = argparse.ArgumentParser(prog="xid_scan --node-record", description="Print the cluster's node record.")
+    p.add_argument("--node-record", required=True, metavar="FILE", help="the node record (JSON lines)")
+    p.add_argument("--policy", default=DEFAULT_POLICY,
+                   help="window_h=HOURS and KIND=COUNT that keep a node out (%(default)s)")
+    p.add_argument("--clear", nargs="+", metavar="NODE", help="mark these nodes repaired: their marks stop counting")
+    args = p.parse_args(argv)
+    try:
+        window_s, limits = parse_limits(args.policy)
+        if args.clear:
+            for node in args.clear:
+                node_record.append(args.node_record, node_record.Mark(node, node_record.CLEARED, now))
+        marks = node_record.read(args.node_record)
+    except ValueError as exc:
+        print(f"xid_scan --node-record: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, TimeoutError) as exc:
+        print(f"xid_scan --node-record: {args.node_record}: {exc}", file=sys.stderr)
+        return EXIT_SCAN_FAILED
+    out = excluded(marks, window_s, limits, now)
+    nodes = sorted({m.node for m in marks})
+    if not nodes:
+        print(f"{args.node_record}: no marks")
+    for node in nodes:
+        mine = [m for m in marks if m.node == node]
+        since = max((m.at for m in mine if m.kind == node_record.CLEARED), default=float("-inf"))
+        recent = [m for m in mine if m.at > since and now - window_s <= m.at <= now]
+        counts = " ".join(f"{k} {sum(m.kind == k for m in recent)}" for k in KINDS if k != node_record.CLEARED)
+        last = max(mine, key=lambda m: m.at)
+        newest = f"{utc_stamp(last.at)} {last.kind}" + (f" (job {last.job_id})" if last.job_id else "")
+        print(f"{node}\t{counts}\tnewest {newest}\t{'OUT: ' + out[node] if node in out else 'in'}")
+    return EXIT_OK

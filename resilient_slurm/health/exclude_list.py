@@ -31,12 +31,13 @@ import re
 from collections.abc import Iterable, Mapping
 
 from resilient_slurm.files import atomic_write, locked
+from resilient_slurm.errors import InputError
 
 DEFAULT_TTL_S = 24 * 3600.0
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-class ExcludeListError(Exception):
+class ExcludeListError(InputError):
     """The exclude list cannot be used; the message names the file and the fix."""
 
 

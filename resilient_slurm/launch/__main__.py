@@ -4,7 +4,8 @@ Everything a user can get wrong is checked before anything heavy is imported, ea
 line and exit status 2: the command line (`command`), the overrides against the schema and conf/
 (`config.composer`), the composed config (`config.to_config`), the run directory (`prepare`: its
 root writable, a changed config of a run that has trained) and, for `cluster=slurm`, an sbatch.
-`--help` reads the docs from the source and imports nothing of the project's config. A finished
+`--help` reads the docs from the source and imports nothing of the project's config. `--plan`
+prints what the run would hold and move (launch/plan_report.py) and starts nothing. A finished
 run is not run again. Then the run executes here (`cluster=local`: the local launcher, whose ranks
 import torch) or is submitted to Slurm (`cluster=slurm`), one run per point of a `-m` sweep.
 """
@@ -65,9 +66,11 @@ def _main(argv: list[str]) -> int:
     from resilient_slurm.config import ConfigError
 
     try:
-        plans = [_plan(point, cmd.config_dirs) for point in _points(cmd)]
+        plans = [_plan(point, cmd.config_dirs, planning=cmd.plan) for point in _points(cmd)]
     except ConfigError as e:
         return _refuse("config error", str(e))
+    if cmd.plan:
+        return _print_plans(plans)
     codes = [_execute(p) for p in plans]
     # In a sweep (-m), one point's status does not stop the others; the first that failed is the command's.
     return next((c for c in codes if c != ExitCode.DONE), ExitCode.DONE)
@@ -81,14 +84,19 @@ def _points(cmd: command.Command) -> list[list[str]]:
     return sweep_points(list(cmd.overrides))
 
 
-def _plan(overrides: list[str], config_dirs: tuple[Path, ...]) -> Plan:
-    """The overrides checked, composed, typed and validated; ConfigError with every problem."""
+def _plan(overrides: list[str], config_dirs: tuple[Path, ...], planning: bool = False) -> Plan:
+    """The overrides checked, composed, typed and validated; ConfigError with every problem
+    (`planning`, for --plan: neither where the data lives, nor the optional packages, nor sbatch
+    are asked for)."""
     from resilient_slurm.config import ConfigError, explicit_keys, to_config
     from resilient_slurm.config.composer import check_overrides, compose
 
     check_overrides(overrides, config_dirs)
     adjustments: list[Adjustment] = []
-    cfg = to_config(compose(overrides, config_dirs), explicit_keys(overrides), adjustments, resolve_model=_pretrained)
+    cfg = to_config(compose(overrides, config_dirs), explicit_keys(overrides), adjustments, resolve_model=_pretrained,
+                    data_location=not planning)
+    if planning:  # nothing runs or is submitted: what a run needs installed is not asked for
+        return Plan(cfg, overrides, adjustments)
     from resilient_slurm.launch.extras import extra_problems
 
     if missing := extra_problems(cfg):
@@ -97,6 +105,17 @@ def _plan(overrides: list[str], config_dirs: tuple[Path, ...]) -> Plan:
         raise ConfigError("cluster=slurm: no sbatch on PATH, so no Slurm to submit to here; run on a Slurm login "
                           "node, or use cluster=local")
     return Plan(cfg, overrides, adjustments)
+
+
+def _print_plans(plans: list[Plan]) -> int:
+    from resilient_slurm.config import layout
+    from resilient_slurm.launch.plan_report import render
+
+    for p in plans:
+        laid_out = layout(p.cfg)
+        assert not isinstance(laid_out, str)  # validated
+        print(render(p.cfg, laid_out), end="")
+    return ExitCode.DONE
 
 
 def _pretrained(model: ModelConfig) -> ModelConfig:

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from resilient_slurm.errors import InputError
 
-class UsageError(ValueError):
+
+class UsageError(InputError):
     """The command line itself is wrong; one line naming the argument and the fix."""
 
 
@@ -24,6 +26,9 @@ class Command:
     config_dirs: tuple[Path, ...] = ()
     help: str | None = None
     """None: run; "": the overview; else a section or key to describe."""
+    plan: bool = False
+    """Print the run's plan (layout, memory per GPU, batch, checkpoint bytes, collectives) instead of
+    running it."""
 
     @property
     def bare(self) -> bool:
@@ -35,6 +40,7 @@ class Command:
 _HELP = ("-h", "--help")
 _MULTIRUN = ("-m", "--multirun")
 _CONFIG_DIR = ("-cd", "--config-dir")
+_PLAN = "--plan"
 
 
 def parse(argv: list[str]) -> Command:
@@ -42,6 +48,7 @@ def parse(argv: list[str]) -> Command:
     multirun = False
     config_dirs: list[Path] = []
     help_topic: str | None = None
+    plan = False
     args = iter(argv)
     for arg in args:
         name, eq, value = arg.partition("=")
@@ -50,14 +57,16 @@ def parse(argv: list[str]) -> Command:
             help_topic = nxt if nxt is not None and not nxt.startswith("-") and "=" not in nxt else ""
         elif arg in _MULTIRUN:
             multirun = True
+        elif arg == _PLAN:
+            plan = True
         elif name in _CONFIG_DIR:
             directory = value if eq else next(args, None)
             if not directory:
                 raise UsageError(f"{arg}: no directory; write {name} DIR")
             config_dirs.append(Path(directory))
         elif arg.startswith("-"):
-            raise UsageError(f"{arg}: not an option of launch; it takes -m, --config-dir DIR, --help and "
+            raise UsageError(f"{arg}: not an option of launch; it takes -m, --config-dir DIR, --plan, --help and "
                              f"KEY=VALUE overrides")
         else:
             overrides.append(arg)
-    return Command(tuple(overrides), multirun, tuple(config_dirs), help_topic)
+    return Command(tuple(overrides), multirun, tuple(config_dirs), help_topic, plan)

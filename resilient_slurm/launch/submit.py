@@ -14,7 +14,7 @@ from typing import Any
 from resilient_slurm.rundir import RunDir
 from resilient_slurm import config
 from resilient_slurm.config import ClusterConfig, Config
-from resilient_slurm.health import exclude_list
+from resilient_slurm.health import exclude_list, node_record
 from resilient_slurm.ledger import EventLog, Submitted
 from resilient_slurm.supervise.driver import SlurmDriver
 from resilient_slurm.supervise.task import SlurmTask
@@ -51,6 +51,19 @@ def executor_parameters(c: ClusterConfig, job_name: str, exclude: str) -> dict[s
     return params
 
 
+def exclude_value(cfg: Config, now: float) -> str:
+    """The new job's --exclude: the exclude list's active nodes, and those the cluster's node record
+    keeps out (health.node_record_policy)."""
+    nodes: set[str] = set()
+    if cfg.cluster.exclude_file:
+        nodes |= {e.node for e in exclude_list.active(exclude_list.load(cfg.cluster.exclude_file), now)}
+    h = cfg.health
+    if h.node_record:
+        p = h.node_record_policy
+        nodes |= set(node_record.excluded_now(h.node_record, p.window_h * 3600.0, p.limits(), now))
+    return ",".join(sorted(nodes))
+
+
 class SubmitError(RuntimeError):
     """sbatch refused the job, or there is no Slurm here; one line saying which and the fix."""
 
@@ -59,9 +72,7 @@ def submit(cfg: Config, run_dir: Path) -> str:
     """Submit; returns the job id. With `cluster.wait`, also blocks until the job ends."""
     import submitit
 
-    excluded = ""
-    if cfg.cluster.exclude_file:
-        excluded = exclude_list.exclude_value(exclude_list.load(cfg.cluster.exclude_file), time.time())
+    excluded = exclude_value(cfg, time.time())
     executor = submitit.SlurmExecutor(folder=RunDir(run_dir).slurm, max_num_timeout=0)
     executor.update_parameters(**executor_parameters(cfg.cluster, run_dir.name, excluded))
     task = (SlurmDriver if config.driven(cfg.cluster) else SlurmTask)(str(run_dir))

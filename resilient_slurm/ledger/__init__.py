@@ -10,7 +10,8 @@ Modules:
     kinds           every kind of event (Kind), and the base of their fields (Details)     [pure]
     launch_events   submitted, attempt, start, data ready and phases, resume, config adjusted [pure]
     save_events     saves, their failures, emergency plans, retention, copies, the interval   [pure]
-    fault_events    anomalies, rollbacks, signals, forced exits, crashes, OOM, hangs, restarts [pure]
+    fault_events    anomalies, rollbacks, signals, forced exits, crashes, OOM, hangs, stragglers,
+                    restarts, replays                                                        [pure]
     replica_events  a replica group's leave, heal and join; a refusal to go on without one    [pure]
     sweep_events    a search's study ledger and a trial's own                                 [pure]
     eval_events     benchmark evaluations beside training: launched, done, failed             [pure]
@@ -62,6 +63,7 @@ from resilient_slurm.ledger.fault_events import (
     OutOfMemory,
     HostOom,
     Hang,
+    Straggler,
     PeerLost,
     StacksDumped,
     Finish,
@@ -69,6 +71,9 @@ from resilient_slurm.ledger.fault_events import (
     Requeue,
     RestartInAllocation,
     NodeUnhealthy,
+    ReplayChecked,
+    ReplayMismatch,
+    Sdc,
     RankExit,
     RanksKilled,
 )
@@ -107,9 +112,10 @@ __all__ = [
     "ColdCopyCancelled", "ColdCopyDeferred", "ColdCopyFailed", "ColdRetention", "ColdRetentionFailed",
     "ConfigAdjusted", "ConfigChanged", "Crash", "DataPhase", "DataReady", "Details", "SourceEpoch", "SourceExhausted", "EmergencyPlan", "EvalDone", "EvalFailed", "EvalLaunched", "Event", "EventLog",
     "Exploit", "Explore", "Exported", "FAILURES", "Finish", "ForcedExit", "GaveUp", "Hang", "HostOom", "PeerLost", "Kind", "MemorySave", "LEDGER_FILE",
-    "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "Requeue",
-    "ReplicaHeal", "ReplicaJoin", "ReplicaLeave", "ReplicaRefused", "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",
-    "SaveSkipped", "Signal", "StacksDumped", "Start", "Stop", "Submitted", "SweepStarted", "TrialFailed",
+    "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "ReplayChecked", "ReplayMismatch", "Requeue",
+    "ReplicaHeal", "ReplicaJoin", "ReplicaLeave", "ReplicaRefused",
+    "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",
+    "SaveSkipped", "Sdc", "Signal", "StacksDumped", "Start", "Stop", "Straggler", "Submitted", "SweepStarted", "TrialFailed",
     "TrialFinished", "TrialLaunched", "TrialPaused", "TrialPromoted", "TrialPruned", "Unknown", "parse",
     "read_events", "read_jsonl", "read_new_events", "select",
 ]

@@ -76,8 +76,11 @@ class Stop(Details):
     reason: str
     checkpoint: str | None
     data: dict[str, Any] | None = None
-    """Where each source of a token mixture stands (its file, the offset in it, its epoch): the
-    current data shard the emergency checkpoint resumes at."""
+    """Where the data stands, as the data position's own `describe()` says: for a token mixture, each
+    source's file, the offset in it and its epoch (the current data shard the emergency checkpoint
+    resumes at)."""
+    total_steps: int | None = None
+    """The run's length, as the loop gave it (`Session.steps(n)`, the built-in trainer's own)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +159,32 @@ class Hang(Details):
     waited_s: float
     limit_s: float
     stacks: str
+    culprits: list[int] | None = None
+    """The heartbeat monitor's: every rank the others wait for (this event's rank is one of them)."""
+    nodes: list[str] | None = None
+    """Their nodes."""
+    collective: dict[str, Any] | None = None
+    """The collective the others wait in: its group (name, desc), sequence number, the ranks waiting
+    in it and the sequence number each culprit had reached (`monitor.heartbeats.Wavefront`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Straggler(Details):
+    """A rank slow but alive: its compute above monitor.straggler.factor times the others' median on
+    monitor.straggler.steps steps running (`monitor.stragglers`). Written as that rank, on its node."""
+
+    KIND = Kind.STRAGGLER
+    ratio: float
+    compute_s: float
+    others_s: float
+    """The other ranks' median compute at the step it was found."""
+    steps: int
+    sections: dict[str, float]
+    """Its step sections (s), averaged over its slow steps."""
+    scores: dict[str, float]
+    """Every rank's relative score (the others' median over its compute; below 1: slower)."""
+    action: str
+    """What follows: `swap` (its node swapped for a spare at the next checkpoint) or `report`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +199,8 @@ class StacksDumped(Details):
 class Finish(Details):
     KIND = Kind.FINISH
     tokens_seen: int
+    total_steps: int | None = None
+    """The run's length, as the loop gave it (`Session.steps(n)`, the built-in trainer's own)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,6 +280,74 @@ class NodeUnhealthy(Details):
     xid: int | None
     reason: str
     notes: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayMismatch(Details):
+    """A step recomputed after a restart did not reproduce the value logged before the failure
+    (`monitor.replay`): the restored state or the machine is wrong."""
+
+    KIND = Kind.REPLAY_MISMATCH
+    metric: str
+    expected: float
+    """The value `metrics-lost.jsonl` holds for the step (computed before the failure)."""
+    got: float
+    checkpoint: str
+    """The checkpoint the state came from ..."""
+    source: str
+    """... and its tier (memory, buddy, hot, cold; peers on a node-local tier)."""
+    nodes: list[str]
+    """The nodes that restored and recomputed it (a loss is global: any of them)."""
+    action: str
+    """fallback (the copy set aside, the next loaded), drain (the one suspect node), or continue."""
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayChecked(Details):
+    """The steps a restart recomputed, compared with the values logged before the failure: all
+    equal (`compared` of them, `first` to the event's step), or not compared (`not_compared`)."""
+
+    KIND = Kind.REPLAY_CHECKED
+    compared: int
+    first: int | None
+    checkpoint: str
+    source: str
+    fallbacks: int = 0
+    """Differences found (and fallen back from) before these matched."""
+    not_compared: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sdc(Details):
+    """Silent data corruption: copies of a shard that must be equal bit for bit were not (replicas
+    after the update, or a buddy's re-run of it; resilient_slurm/replica/), and what was done."""
+
+    KIND = Kind.SDC
+    check: str
+    """replicas (HSDP replicas compared) or rerun (a buddy re-ran the update)."""
+    tensors: list[str]
+    """The parameters whose shards differed."""
+    ranks: list[int]
+    """The culprit ranks (empty: undecided)."""
+    nodes: list[str]
+    """Their nodes, taken out of the run."""
+    suspects: list[str]
+    """Undecided: the nodes one of which is wrong."""
+    decided_by: str
+    """majority (3+ copies), rerun (a third rank re-ran the update of two copies), or undecided."""
+    evidence: list[dict[str, Any]]
+    """Each copy's fingerprint of each differing tensor: rank, group, node, tensor, fingerprint,
+    and `rerun_of` for a re-run's (the rank whose state it re-ran)."""
+    action: str
+    """healed (from `source`) or undecided (the run restarts from its newest checkpoint)."""
+    source: str | None = None
+    """Where the culprit's state came from: `group G` (a good replica) or `rank R` (the buddy's re-run)."""
+    heal_s: float | None = None
+    """Mismatch found -> every culprit shard healed."""
+    verified: bool = False
+    """Compared again after the heal: every copy equal."""
+    reason: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,6 +9,12 @@ export loads into `transformers` 1:1. Inputs may be packed: `position_ids` resta
 document and `document_ids` keep attention inside a document (a block-diagonal causal mask), so
 packed documents train exactly as they would one per row.
 
+A module may hold one slice of the decoder (`Part`): a pipeline stage's layers, with the embedding
+on the first stage and the final norm and head on the last. Layers are keyed by their global index
+(`model.layers.17...`, the names the whole model has), so a stage's parameters, checkpoints and
+exports carry the same names at every layout. With tied embeddings, the last stage holds its own
+copy of `model.embed_tokens.weight` as its head (parallel/pipeline.py keeps the copies in step).
+
 Parameters are created in float32: they are the master weights (FSDP2 casts a bf16 copy for compute,
 see parallel/fsdp.py). Rotary tables are computed from `position_ids` on every call (a few
 thousand multiplications), so the module has no buffers to rebuild after it is built on the meta
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -132,32 +139,61 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+@dataclass(frozen=True)
+class Part:
+    """The slice of the decoder one module holds: a pipeline stage, or the whole model."""
+
+    layers: tuple[int, ...]
+    """Global indices of the decoder layers it holds, ascending."""
+    first: bool
+    """It embeds the tokens (the first stage): its input is token ids, else hidden states."""
+    last: bool
+    """It holds the final norm and the head (the last stage): its output is logits."""
+
+
+def whole(cfg: ModelConfig) -> Part:
+    return Part(tuple(range(cfg.num_layers)), first=True, last=True)
+
+
 class LlamaModel(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    embed_tokens: nn.Embedding | None
+    norm: RMSNorm | None
+
+    def __init__(self, cfg: ModelConfig, part: Part | None = None) -> None:
         super().__init__()
+        part = part or whole(cfg)
         self.cfg = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.first = part.first
+        # A tied head is the embedding's weight: a last stage holds a copy of it, under its name.
+        holds_embedding = part.first or (part.last and cfg.tie_embeddings)
+        # Registered even when absent, so that a module set later keeps the whole model's order.
+        self.register_module("embed_tokens", nn.Embedding(cfg.vocab_size, cfg.hidden_size) if holds_embedding else None)
+        self.layers = nn.ModuleDict({str(i): DecoderLayer(cfg) for i in part.layers})
+        self.register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) if part.last else None)
         self.activation_checkpointing = False
         """Recompute each layer's activations in the backward pass instead of keeping them."""
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor | None = None,
                 document_ids: torch.Tensor | None = None) -> torch.Tensor:
-        b, s = input_ids.shape
-        x = self.embed_tokens(input_ids)
+        """`x`: token ids (batch, seq) on the first part, else the previous part's hidden states."""
+        if self.first:
+            assert self.embed_tokens is not None
+            b, s = x.shape
+            x = self.embed_tokens(x)
+        else:  # under sequence parallelism a rank holds s / tp of it: a pipeline passes position_ids
+            b, s = x.shape[:2]
         if position_ids is None:
-            position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
-        angles = position_ids[..., None].float() * inverse_frequencies(self.cfg, input_ids.device)
+            position_ids = torch.arange(s, device=x.device).expand(b, s)
+        angles = position_ids[..., None].float() * inverse_frequencies(self.cfg, x.device)
         angles = torch.cat((angles, angles), dim=-1)[:, None]  # (b, 1, s, head_dim): one table for all heads
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         mask = None if document_ids is None else block_causal_mask(document_ids)
-        for layer in self.layers:
+        for layer in self.layers.values():
             if self.activation_checkpointing and torch.is_grad_enabled():
                 x = checkpoint(layer, x, cos, sin, mask, use_reentrant=False)
             else:
                 x = layer(x, cos, sin, mask)
-        return self.norm(x)
+        return self.norm(x) if self.norm is not None else x
 
 
 def block_causal_mask(document_ids: torch.Tensor) -> torch.Tensor:
@@ -169,17 +205,22 @@ def block_causal_mask(document_ids: torch.Tensor) -> torch.Tensor:
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    lm_head: nn.Linear | None
+
+    def __init__(self, cfg: ModelConfig, part: Part | None = None) -> None:
         super().__init__()
-        self.model = LlamaModel(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        if cfg.tie_embeddings:
+        part = part or whole(cfg)
+        self.model = LlamaModel(cfg, part)
+        self.register_module("lm_head", nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) if part.last else None)
+        if cfg.tie_embeddings and self.lm_head is not None:
+            assert self.model.embed_tokens is not None
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor | None = None,
                 document_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits, shape (batch, seq, vocab)."""
-        return self.lm_head(self.model(input_ids, position_ids, document_ids))
+        """Logits, shape (batch, seq, vocab); a part without the head returns its hidden states."""
+        h = self.model(x, position_ids, document_ids)
+        return self.lm_head(h) if self.lm_head is not None else h
 
 
 def init_value(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int) -> torch.Tensor:
@@ -210,7 +251,8 @@ def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     Vocabulary-parallel logits (a DTensor sharded on the vocabulary: tensor parallelism's head)
     must come under `torch.distributed.tensor.parallel.loss_parallel()`, their backward too: each
     rank then computes from its slice of the vocabulary, and the whole logits are never gathered.
-    The sum is the same on every TP rank; it is returned as a plain tensor."""
+    The sum is the same on every TP rank; it is returned as a plain tensor. (Not under
+    inference_mode: there cross_entropy reaches DTensor whole, and loss_parallel knows its parts.)"""
     loss = F.cross_entropy(
         logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
         ignore_index=IGNORE_INDEX, reduction="sum",

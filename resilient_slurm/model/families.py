@@ -1,10 +1,5 @@
-"""The model families the one decoder builds, as data: what config.json says of each, and the
-switches of the decoder it turns on. Pure.
-
-    llama    LlamaForCausalLM     the base layout: RMSNorm, RoPE (Llama-3.1 scaling), SwiGLU, GQA
-    qwen2    Qwen2ForCausalLM     + biases on q, k and v (Qwen2 and Qwen2.5 share model_type qwen2)
-    qwen3    Qwen3ForCausalLM     + a per-head RMSNorm on q and k; head_dim set apart from hidden/heads
-    mistral  MistralForCausalLM   Llama's layout, with a sliding attention window in its config
+"""How a pretrained directory's family is read and what it switches on in the one decoder. Pure.
+The families themselves are one catalog, `config/families.py` (the config checks names against it).
 
 Decision: one decoder with switches (`ModelConfig.qkv_bias`, `qk_norm`, `head_dim`), not a module per
 family. The families differ in a handful of tensors, and everything downstream (FSDP2 sharding, byte
@@ -21,31 +16,16 @@ refused by name, with the list of what is supported.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from resilient_slurm.config.families import FAMILIES, Family
+from resilient_slurm.errors import InputError
 
-class PretrainedError(ValueError):
+
+class PretrainedError(InputError):
     """The pretrained directory cannot be used; the message is one line naming it and what is wrong."""
 
 
-@dataclass(frozen=True)
-class Family:
-    model_type: str
-    architecture: str
-    qkv_bias: bool
-    """Biases on q, k and v (and none on o)."""
-    qk_norm: bool
-    refused_flags: tuple[str, ...]
-    """config.json flags that must be false or absent: layers the decoder does not have."""
-
-
-FAMILIES = {f.model_type: f for f in (
-    Family("llama", "LlamaForCausalLM", qkv_bias=False, qk_norm=False, refused_flags=("attention_bias", "mlp_bias")),
-    Family("qwen2", "Qwen2ForCausalLM", qkv_bias=True, qk_norm=False, refused_flags=()),
-    Family("qwen3", "Qwen3ForCausalLM", qkv_bias=False, qk_norm=True, refused_flags=("attention_bias",)),
-    Family("mistral", "MistralForCausalLM", qkv_bias=False, qk_norm=False, refused_flags=("attention_bias", "mlp_bias")),
-)}
 SUPPORTED = ", ".join(f"{f.model_type} ({f.architecture})" for f in FAMILIES.values())
 
 

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from resilient_slurm.config import LoRAConfig
+from resilient_slurm.errors import InputError
 
 ADAPTER_MARKERS = (".lora_A.", ".lora_B.")
 BASE_DTYPE = torch.bfloat16
@@ -39,7 +40,7 @@ BASE_DTYPE = torch.bfloat16
 float32 master copy."""
 
 
-class LoRAError(ValueError):
+class LoRAError(InputError):
     """LoRA cannot be applied as configured; the message is one line naming the key and the fix."""
 
 

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from resilient_slurm.config import MonitorConfig
+from resilient_slurm.config import FindingKind, MonitorConfig
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,7 @@ class Observation:
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str
-    """loss_nan, loss_spike, loss_plateau, grad_explosion, grad_vanishing, throughput_drop, slow_rank,
-    data_stall, gpu_*, memory_leak"""
+    kind: FindingKind
     step: int
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
@@ -87,9 +85,9 @@ class Monitor:
         ) if f is not None] + self._gpu(o)
         # Anomalous values stay out of the windows, so they cannot raise the bar for the next one.
         anomalous = {f.kind for f in findings}
-        if not anomalous & {"loss_nan", "loss_spike"}:
+        if not anomalous & {FindingKind.LOSS_NAN, FindingKind.LOSS_SPIKE}:
             self.loss.add(o.loss)
-        if "grad_explosion" not in anomalous:
+        if FindingKind.GRAD_EXPLOSION not in anomalous:
             self.grad.add(o.grad_norm)
         self.tokens.add(o.tokens_per_s)
         return findings
@@ -97,13 +95,13 @@ class Monitor:
     def _loss(self, o: Observation) -> Finding | None:
         c = self.cfg
         if not math.isfinite(o.loss):
-            return Finding("loss_nan", o.step, f"loss is {o.loss} at step {o.step}", {"loss": str(o.loss)})
+            return Finding(FindingKind.LOSS_NAN, o.step, f"loss is {o.loss} at step {o.step}", {"loss": str(o.loss)})
         if not c.loss_spike_mads or not self.loss.full(c.min_history):
             return None
         median, mad = self.loss.median(), self.loss.mad()
         threshold = median + max(c.loss_spike_mads * mad, c.loss_spike_min_rise * abs(median))
         if o.loss > threshold:
-            return Finding("loss_spike", o.step, f"loss {o.loss:.4g} at step {o.step} is above {threshold:.4g} "
+            return Finding(FindingKind.LOSS_SPIKE, o.step, f"loss {o.loss:.4g} at step {o.step} is above {threshold:.4g} "
                            f"(median {median:.4g} + {c.loss_spike_mads:g} MAD)",
                            {"loss": o.loss, "median": median, "mad": mad, "threshold": threshold})
         return None
@@ -118,7 +116,7 @@ class Monitor:
         if o.step - self.plateau_since >= c.plateau_steps:
             since = self.plateau_since
             self.plateau_since = o.step  # report once per window, not every step
-            return Finding("loss_plateau", o.step, f"loss has not improved by {c.plateau_min_improvement:.1%} "
+            return Finding(FindingKind.LOSS_PLATEAU, o.step, f"loss has not improved by {c.plateau_min_improvement:.1%} "
                            f"for {o.step - since} steps (best {self.plateau_best:.4g})",
                            {"best": self.plateau_best, "since_step": since, "window": c.plateau_steps})
         return None
@@ -126,13 +124,13 @@ class Monitor:
     def _grad(self, o: Observation) -> Finding | None:
         c = self.cfg
         if o.grad_norm <= c.grad_vanish_below:
-            return Finding("grad_vanishing", o.step, f"gradient norm {o.grad_norm:.3g} at step {o.step} is zero",
+            return Finding(FindingKind.GRAD_VANISHING, o.step, f"gradient norm {o.grad_norm:.3g} at step {o.step} is zero",
                            {"grad_norm": o.grad_norm, "threshold": c.grad_vanish_below})
         over_abs = c.grad_norm_max and o.grad_norm > c.grad_norm_max
         median = self.grad.median() if self.grad.full(c.min_history) else None
         over_rel = median is not None and c.grad_norm_factor and o.grad_norm > c.grad_norm_factor * median
         if not math.isfinite(o.grad_norm) or over_abs or over_rel:
-            return Finding("grad_explosion", o.step, f"gradient norm {o.grad_norm:.4g} at step {o.step} exceeds "
+            return Finding(FindingKind.GRAD_EXPLOSION, o.step, f"gradient norm {o.grad_norm:.4g} at step {o.step} exceeds "
                            + (f"{c.grad_norm_max:g}" if over_abs else f"{c.grad_norm_factor:g}x its median {median:.4g}"),
                            {"grad_norm": o.grad_norm, "median": median, "max": c.grad_norm_max,
                             "factor": c.grad_norm_factor})
@@ -148,7 +146,7 @@ class Monitor:
         else:
             self.low_throughput_steps = 0
         if self.low_throughput_steps == c.throughput_drop_steps:
-            return Finding("throughput_drop", o.step, f"tokens/s {o.tokens_per_s:.0f} below {c.throughput_drop_ratio:.0%} "
+            return Finding(FindingKind.THROUGHPUT_DROP, o.step, f"tokens/s {o.tokens_per_s:.0f} below {c.throughput_drop_ratio:.0%} "
                            f"of the recent median {median:.0f} for {c.throughput_drop_steps} steps",
                            {"tokens_per_s": o.tokens_per_s, "samples_per_s": o.samples_per_s, "median": median})
         return None
@@ -171,7 +169,7 @@ class Monitor:
         self.slow = slowest
         if self.slow_steps != c.slow_rank_steps:
             return None
-        return Finding("slow_rank", o.step, f"rank {slowest} took {times[slowest]:.3f}s, "
+        return Finding(FindingKind.SLOW_RANK, o.step, f"rank {slowest} took {times[slowest]:.3f}s, "
                        f"{times[slowest] / others:.1f}x the others' {others:.3f}s, for {c.slow_rank_steps} steps",
                        {"rank": slowest, "seconds": times[slowest], "others_median": others,
                         "factor": c.slow_rank_factor, "steps": c.slow_rank_steps})
@@ -181,7 +179,7 @@ class Monitor:
         if not c.data_stall_s or not o.data_wait_s or max(o.data_wait_s) <= c.data_stall_s:
             return None
         rank = max(range(len(o.data_wait_s)), key=lambda r: o.data_wait_s[r])
-        return Finding("data_stall", o.step, f"rank {rank} waited {o.data_wait_s[rank]:.2f}s for its batch",
+        return Finding(FindingKind.DATA_STALL, o.step, f"rank {rank} waited {o.data_wait_s[rank]:.2f}s for its batch",
                        {"rank": rank, "seconds": o.data_wait_s[rank], "threshold": c.data_stall_s})
 
     def _leak(self, o: Observation) -> Finding | None:
@@ -201,7 +199,7 @@ class Monitor:
         if slope < c.leak_mb_per_step or slope * span < c.leak_min_growth_mb:
             return None
         self.rss.clear()
-        return Finding("memory_leak", o.step, f"resident memory grows {slope:.2f} MB/step over steps "
+        return Finding(FindingKind.MEMORY_LEAK, o.step, f"resident memory grows {slope:.2f} MB/step over steps "
                        f"{points[0][0]}-{points[-1][0]}: {points[0][1]:.0f} -> {points[-1][1]:.0f} MB",
                        {"mb_per_step": slope, "growth_mb": points[-1][1] - points[0][1], "first_step": points[0][0],
                         "last_step": points[-1][0], "rss_mb": points[-1][1], "samples": len(points),
@@ -211,15 +209,15 @@ class Monitor:
         """GPU conditions from the latest NVML sample, reported when they begin, not every step."""
         c, g = self.cfg, o.gpu
         now = {
-            "gpu_underutilized": g.get("util_pct", 100.0) < c.gpu_util_min_pct,
-            "gpu_hot": g.get("temperature_c", 0.0) > c.gpu_temp_max_c,
-            "gpu_memory_full": g.get("memory_used_frac", 0.0) > c.gpu_memory_max_frac,
-            "gpu_ecc": g.get("ecc_uncorrectable", 0.0) > 0,
+            FindingKind.GPU_UNDERUTILIZED: g.get("util_pct", 100.0) < c.gpu_util_min_pct,
+            FindingKind.GPU_HOT: g.get("temperature_c", 0.0) > c.gpu_temp_max_c,
+            FindingKind.GPU_MEMORY_FULL: g.get("memory_used_frac", 0.0) > c.gpu_memory_max_frac,
+            FindingKind.GPU_ECC: g.get("ecc_uncorrectable", 0.0) > 0,
         }
         started = [k for k, on in now.items() if on and k not in self.gpu_conditions]
         self.gpu_conditions = {k for k, on in now.items() if on}
-        limits = {"gpu_underutilized": c.gpu_util_min_pct, "gpu_hot": c.gpu_temp_max_c,
-                  "gpu_memory_full": c.gpu_memory_max_frac, "gpu_ecc": 0}
+        limits = {FindingKind.GPU_UNDERUTILIZED: c.gpu_util_min_pct, FindingKind.GPU_HOT: c.gpu_temp_max_c,
+                  FindingKind.GPU_MEMORY_FULL: c.gpu_memory_max_frac, FindingKind.GPU_ECC: 0}
         return [Finding(k, o.step, f"{k.replace('_', ' ')} at step {o.step}: {dict(g)}", {**g, "limit": limits[k]},
                         local=True) for k in started]
 

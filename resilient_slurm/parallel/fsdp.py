@@ -64,21 +64,33 @@ def build_model(cfg: ModelConfig, mesh: DeviceMesh, device: torch.device,
     data-parallel mesh: 2-D for HSDP), its storage allocated but not yet filled (`fill`)."""
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
+    prepare(model, cfg, mesh, tp, reshard_after_forward=None)
+    model.to_empty(device=device)
+    return model
+
+
+def prepare(model: LlamaForCausalLM, cfg: ModelConfig, mesh: DeviceMesh, tp: DeviceMesh | None,
+            reshard_after_forward: bool | None) -> None:
+    """Everything a model (or a pipeline stage) gets before its storage is allocated: LoRA adapters,
+    the blocks made ready (`prepare_blocks`: TP, activation checkpointing, compile), then FSDP2 units
+    over the data-parallel `mesh` (each decoder layer, then the root). `reshard_after_forward`: None is FSDP2's default (layers shard again after
+    their forward, the root keeps its weights for the backward that starts there); False under
+    pipeline parallelism keeps every unit's weights gathered from its forward to its backward, as
+    torchtitan does: a stage runs several micro-batches' forwards before their backwards, and would
+    gather again for each otherwise."""
     if cfg.lora.rank is not None:
         apply_lora(model, cfg.lora)
         hold_base_in(model, BASE_DTYPE)
     prepare_blocks(model, cfg, tp)
     policy = MixedPrecisionPolicy(param_dtype=getattr(torch, cfg.dtype), reduce_dtype=torch.float32)
-    for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh, mp_policy=policy)
-    # The root unit holds the embedding, the final norm and the head (tied or not).
-    fully_shard(model, mesh=mesh, mp_policy=policy)
-    model.to_empty(device=device)
+    for layer in model.model.layers.children():
+        fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    # The root unit holds the embedding, the final norm and the head (tied or not): those a stage has.
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)
-    return model
 
 
 def prepare_blocks(model: LlamaForCausalLM, cfg: ModelConfig, tp: DeviceMesh | None) -> None:
@@ -89,7 +101,7 @@ def prepare_blocks(model: LlamaForCausalLM, cfg: ModelConfig, tp: DeviceMesh | N
         apply_tp(model, tp, cfg)
     model.model.activation_checkpointing = cfg.activation_checkpointing
     if cfg.compile:
-        for layer in model.model.layers:
+        for layer in model.model.layers.children():
             layer.compile()
 
 

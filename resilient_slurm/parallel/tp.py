@@ -73,6 +73,29 @@ def root_plan() -> dict[str, ParallelStyle]:
     }
 
 
+COMMUNICATING = ("self_attn", "mlp", "self_attn.o_proj", "mlp.down_proj")
+"""A layer's modules whose styles issue collectives (PrepareModuleInput's all-gathers, RowwiseParallel's
+reduce-scatters, and their mirrors in the backward); ColwiseParallel and SequenceParallel only
+annotate local tensors."""
+
+
+def _present(model: nn.Module, name: str) -> nn.Module | None:
+    """The submodule `name`, or None where a pipeline stage has none (its embedding, norm or head)."""
+    parent, _, leaf = name.rpartition(".")
+    owner = model.get_submodule(parent) if parent else model
+    module = getattr(owner, leaf, None)
+    return module if isinstance(module, nn.Module) else None
+
+
+def communicating(model: nn.Module) -> list[nn.Module]:
+    """The modules of a tensor-parallel model that communicate: COMMUNICATING in every layer, the
+    embedding and the head (those the model, or its pipeline stage, has)."""
+    layers = model.get_submodule("model.layers")
+    inside = [layer.get_submodule(name) for layer in layers.children() for name in COMMUNICATING]
+    ends = [_present(model, "model.embed_tokens"), _present(model, "lm_head")]
+    return [m for m in (ends[0], *inside, ends[1]) if m is not None]
+
+
 def apply_tp(model: nn.Module, tp: DeviceMesh, cfg: ModelConfig) -> None:
     """Parallelize `model` (a LlamaForCausalLM, LoRA applied or not, best on the meta device) over
     the TP mesh, in place. Frozen parameters stay frozen (SequenceParallel's replicated norm
@@ -85,8 +108,9 @@ def apply_tp(model: nn.Module, tp: DeviceMesh, cfg: ModelConfig) -> None:
             if isinstance(layer.get_submodule(name), LoRALinear):
                 plan[name] = ShardedLoRA(colwise=name in COLWISE)
         parallelize_module(layer, tp, plan)
-    parallelize_module(model, tp, root_plan())
-    if cfg.tie_embeddings:
+    parallelize_module(model, tp, {name: style for name, style in root_plan().items() if _present(model, name) is not None})
+    if cfg.tie_embeddings and _present(model, "lm_head") is not None \
+            and _present(model, "model.embed_tokens") is not None:
         model.get_submodule("lm_head").weight = model.get_submodule("model.embed_tokens").weight
     for name, p in model.named_parameters():
         if name in frozen:

@@ -31,9 +31,11 @@ class MetricsFile:
         with open(self.path, "a") as f:
             f.write(json.dumps({**row, "time": utc_stamp()}) + "\n")
 
-    def truncate_after(self, step: int) -> None:
+    def truncate_after(self, step: int) -> list[dict[str, Any]]:
+        """Move the rows after `step` to `metrics-lost.jsonl`; they are returned (a replay compares
+        the steps it redoes with them)."""
         if not self.path.exists():
-            return
+            return []
         rows = read_metrics(self.path)
         kept = [row for row in rows if row["step"] <= step]
         lost = [row for row in rows if row["step"] > step]
@@ -42,6 +44,7 @@ class MetricsFile:
             with open(self.lost_path, "a") as f:
                 f.write("".join(json.dumps(row) + "\n" for row in lost))
         atomic_write(self.path, "".join(json.dumps(row) + "\n" for row in kept))
+        return lost
 
 
 def lost_path(path: Path) -> Path:

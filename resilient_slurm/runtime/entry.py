@@ -6,24 +6,34 @@ list. The function receives the composed config (a DictConfig: the project's key
 own side by side) and makes a `Session`, which takes this rank's context from here. torchrun-style
 variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) are set for a loop that makes its
 own process group with `init_process_group()`.
+
+Python's `random` and numpy's global generator seed themselves from the OS at process start, so two
+runs of the same function would differ: they are seeded here from `train.seed` and the rank, before
+the function runs, and whatever seeding the function does itself comes after and stands. torch's
+generators are left alone (torch starts from a fixed seed; a loop's `torch.manual_seed` is its own).
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 import os
+import random
 import socket
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from resilient_slurm.config import Config, to_dict
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.session.distributed import RankInfo
 from resilient_slurm.errors import InputError
-from resilient_slurm.session.session import RUN_DIR_ENV, RankContext, RunOutcome, launched
+from resilient_slurm.process.launch import RankLaunch
+from resilient_slurm.session.context import RankContext, RunOutcome, launched
 from resilient_slurm.process.signals import StopRequest
 
 
@@ -58,12 +68,14 @@ def run_entry(cfg: Config, run_dir: Path, info: RankInfo, context: dict[str, Any
     function did. Bad input (and an entry that cannot be imported) ends with exit status 2."""
     fn = resolve(cfg.entry)
     port = info.master_port or _free_port()
-    os.environ.update(RANK=str(info.rank), WORLD_SIZE=str(info.world_size), LOCAL_RANK=str(info.local_rank),
-                      MASTER_ADDR=info.master_addr, MASTER_PORT=str(port), **{RUN_DIR_ENV: str(run_dir)})
-    os.environ.setdefault("LOCAL_WORLD_SIZE", str(info.world_size))
-    ctx = RankContext(cfg, run_dir, RankInfo(info.rank, info.world_size, info.local_rank, info.master_addr, port,
-                                             info.node), stop, context, on_hang)
+    # For a loop that calls init_process_group() itself; what the supervisor said besides stays.
+    os.environ.update(replace(RankLaunch.from_env(os.environ), run_dir=str(run_dir), rank=info.rank,
+                              world_size=info.world_size, local_rank=info.local_rank,
+                              local_world_size=info.local_world_size, master_addr=info.master_addr,
+                              master_port=port).to_env())
+    ctx = RankContext(cfg, run_dir, replace(info, master_port=port), stop, context, on_hang)
     code: int = ExitCode.DONE
+    seed_host_generators(cfg.train.seed, info.rank)
     with launched(ctx):
         try:
             fn(user_config(cfg))
@@ -77,6 +89,13 @@ def run_entry(cfg: Config, run_dir: Path, info: RankInfo, context: dict[str, Any
     known = code in {int(c) for c in ExitCode}
     return RunOutcome(ExitCode(code) if known else ExitCode.FAILED, None,
                       error=None if code == ExitCode.DONE else f"entry {cfg.entry} exited with {code}")
+
+
+def seed_host_generators(seed: int, rank: int) -> None:
+    """Python's and numpy's global generators, seeded apart on each rank; torch's are not touched."""
+    value = zlib.crc32(f"{seed}:{rank}".encode())
+    random.seed(value)
+    np.random.seed(value)
 
 
 def _free_port() -> int:

@@ -27,10 +27,12 @@ from resilient_slurm.rundir import RunDir
 from resilient_slurm.rundir.identity import load_config
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.session import rejoin
+from resilient_slurm.session.collectives import flight_recorder_env
 from resilient_slurm.session.heartbeat import Heartbeat
 from resilient_slurm.session.logs import LOG_ONLY, setup_logging
-from resilient_slurm.errors import InputError
-from resilient_slurm.session.session import RunOutcome
+from resilient_slurm.errors import exit_code_for
+from resilient_slurm.session.context import RunOutcome
+from resilient_slurm.process.launch import RankLaunch, mark_generation
 from resilient_slurm.process.signals import StopRequest, install_stop_handlers
 from resilient_slurm.process.threads import rank_threads
 from resilient_slurm.replica.plan import place_from_env
@@ -58,9 +60,12 @@ def run(
         # mode without one; set before the first matmul creates the handle. No effect on the CPU.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     named = me.rank if me.replica is None else me.replica.global_rank(me.rank)
+    # Before any process group is made: torch reads the flight recorder's settings then.
+    for key, value in flight_recorder_env(cfg.monitor.flight_recorder, RunDir(run_dir).logs).items():
+        os.environ.setdefault(key, value)
     events = EventLog(RunDir(run_dir).events, rank=named, context=context)
     setup_logging(run_dir, named)
-    threads = rank_threads(cfg.train.threads, int(os.environ.get("LOCAL_WORLD_SIZE", me.world_size)))
+    threads = rank_threads(cfg.train.threads, me.local_world_size or me.world_size)
     torch.set_num_threads(threads)
     if me.rank == 0:
         log.info("%d CPU thread(s) per rank (train.threads=%d; OMP_WAIT_POLICY=%s)", threads, cfg.train.threads,
@@ -84,9 +89,10 @@ def run(
         if word is None:
             events.emit(ledger.Crash(error=outcome.peer_lost, traceback=""), outcome.step)
             return RunOutcome(ExitCode.FAILED, outcome.step, error=outcome.peer_lost)
-        os.environ[rejoin.GENERATION_ENV] = str(word.generation)
+        mark_generation(os.environ, word.generation)
         context["job_step"] = word.job_step
-        me = RankInfo(me.rank, word.world_size, me.local_rank, word.master_addr, word.master_port, me.node)
+        me = RankInfo(me.rank, word.world_size, me.local_rank, word.master_addr, word.master_port, me.node,
+                      me.local_world_size)
         events = EventLog(RunDir(run_dir).events, rank=me.rank, context=context)
         log.info("rank %d restarts in its process (generation %d, step %d of Slurm)", me.rank, word.generation,
                  word.job_step)
@@ -96,17 +102,15 @@ def _guarded(body: Callable[[], RunOutcome], events: EventLog, info: RankInfo) -
     """`body`'s outcome; an exception it lets out recorded in the ledger and ended as an exit status."""
     try:
         return body()
-    except InputError as e:
-        error = f"{type(e).__name__}: {e}"
-        events.emit(ledger.Crash(error=error, traceback=""), None)
-        if info.rank == 0:
-            print(f"resilient_slurm: {e}", file=sys.stderr, flush=True)
-        return RunOutcome(ExitCode.CONFIG, None, error=error)
     except Exception as e:  # noqa: BLE001 - recorded in the ledger, then reported by exit status
-        error = f"{type(e).__name__}: {e}"
-        events.emit(ledger.Crash(error=error, traceback=traceback.format_exc(limit=8)), None)
-        _log_crash(info.rank, e)
-        return RunOutcome(ExitCode.FAILED, None, error=error)
+        code, error = exit_code_for(e), f"{type(e).__name__}: {e}"
+        bad_input = code == ExitCode.CONFIG
+        events.emit(ledger.Crash(error=error, traceback="" if bad_input else traceback.format_exc(limit=8)), None)
+        if not bad_input:
+            _log_crash(info.rank, e)
+        elif info.rank == 0:
+            print(f"resilient_slurm: {e}", file=sys.stderr, flush=True)
+        return RunOutcome(code, None, error=error)
 
 
 def _log_crash(rank: int, error: Exception) -> None:
@@ -138,13 +142,13 @@ def _train(cfg: Config, run_dir: Path, info: RankInfo, events: EventLog, stop: S
         code = trainer.run()
         return RunOutcome(code, trainer.step, stop.signal_name if code == ExitCode.RESUME else None,
                           error=trainer.gave_up)
-    except InputError:
-        code = ExitCode.CONFIG
-        raise
     except Exception as e:  # noqa: BLE001 - recorded with its step, then reported by exit status
+        code = exit_code_for(e)
+        if code == ExitCode.CONFIG:
+            raise  # bad input: `_guarded` says so in one line
         error = f"{type(e).__name__}: {e}"
         step = trainer.step if trainer is not None else None
-        if os.environ.get(rejoin.REJOIN_ENV) == "1" and rejoin.peer_gone(e):
+        if RankLaunch.from_env(os.environ).rejoin and rejoin.peer_gone(e):
             log.warning("rank %d: a peer is gone (%s); waiting for the driver", info.rank, error[:200])
             return RunOutcome(ExitCode.FAILED, step, error=error, peer_lost=error, lost_at=time.monotonic())
         if trainer is None:

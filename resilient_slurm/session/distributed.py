@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from resilient_slurm.replica.plan import ReplicaPlace
+from resilient_slurm.process.launch import RankLaunch
 
 
 @dataclass(frozen=True)
@@ -35,18 +36,15 @@ class RankInfo:
     replica: ReplicaPlace | None = None
     """With cluster.replica_ft: the rank's replica group, whose ranks alone make this process group
     (`rank` and `world_size` are then the group's)."""
+    local_world_size: int = 0
+    """Ranks on this node, which share its CPU threads; 0: the world size."""
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> RankInfo:
-        """torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)."""
-        e = os.environ if env is None else env
-        return RankInfo(
-            rank=int(e.get("RANK", "0")),
-            world_size=int(e.get("WORLD_SIZE", "1")),
-            local_rank=int(e.get("LOCAL_RANK", "0")),
-            master_addr=e.get("MASTER_ADDR", "127.0.0.1"),
-            master_port=int(e.get("MASTER_PORT", "29500")),
-        )
+        """From what the launcher told the rank (`RankLaunch`: torchrun-style variables)."""
+        launch = RankLaunch.from_env(os.environ if env is None else env)
+        return RankInfo(launch.rank, launch.world_size, launch.local_rank, launch.master_addr, launch.master_port,
+                        local_world_size=launch.local_world_size)
 
 
 def pick_backend(requested: str) -> str:

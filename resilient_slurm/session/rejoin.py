@@ -24,16 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from resilient_slurm.files import atomic_write
+from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.rundir import RunDir
 
-REJOIN_ENV = "RESILIENT_SLURM_REJOIN"
-"""Set by the driver in a driven step whose survivors may restart in their processes."""
-JOIN_ENV = "RESILIENT_SLURM_JOIN"
-"""Set by the driver in a replacement step: the generation its tasks join."""
-STANDBY_ENV = "RESILIENT_SLURM_STANDBY"
-"""Set by the driver in a standby step on a spare node: its task makes itself ready (its imports),
-then waits to be woken into a generation (`wake_path`)."""
-GENERATION_ENV = "RESILIENT_SLURM_GENERATION"
 POLL_S = 0.05
 
 # What gloo (and NCCL, through torch) say when a peer of a collective is gone.
@@ -62,10 +55,14 @@ class Instruction:
     from a live group; None: a generation of every rank."""
 
 
-def peer_gone(error: BaseException) -> bool:
-    """The exception is a collective's failure because a peer is gone, not this rank's own fault. Pure."""
-    text = str(error)
-    return any(marker in text for marker in PEER_GONE)
+def peer_gone(error: BaseException | None) -> bool:
+    """The exception is a collective's failure because a peer is gone, not this rank's own fault, or
+    was raised from one (a pipeline stage's forward wraps what failed inside it). Pure."""
+    while error is not None:
+        if any(marker in str(error) for marker in PEER_GONE):
+            return True
+        error = error.__cause__
+    return False
 
 
 def instruction_path(run_dir: Path, job_id: str, restart: int, generation: int) -> Path:
@@ -124,4 +121,6 @@ def await_instruction(path: Path, timeout_s: float, beat: Callable[[], None] | N
 
 
 def generation() -> int:
-    return int(os.environ.get(GENERATION_ENV, "0") or 0)
+    """The generation this rank belongs to (`RankLaunch.generation`; a rank that joined a later one
+    marked it in its environment)."""
+    return RankLaunch.from_env(os.environ).generation

@@ -1,7 +1,8 @@
 """The hang watchdog: a thread outside the training loop that notices when no step completes.
 
 On a hang it dumps every thread's stack of this rank (faulthandler; py-spy's native frames too
-when it is installed) into the run's logs, records the event, hands the outcome to the caller's
+when it is installed) and its flight recorder's collectives (`collectives.dump_flight_recorder`)
+into the run's logs, records the event, hands the outcome to the caller's
 handler (which may requeue the job), and ends the process: the main thread is stuck, in a
 collective or in a kernel, and cannot be asked to stop. Every rank runs its own watchdog. The
 first to fire leaves a marker in the (shared) logs directory; the others see it within a second
@@ -23,10 +24,11 @@ from pathlib import Path
 from resilient_slurm.config import MonitorConfig
 from resilient_slurm.ledger import EventLog, Hang, StacksDumped
 from resilient_slurm.monitor.detectors import hang_timeout_s
+from resilient_slurm.session.collectives import dump_flight_recorder
 
 PY_SPY_TIMEOUT_S = 30.0
 HANG_MARKER = ".hang"
-POLL_S = 1.0
+POLL_S = 0.25
 PEER_DUMP_GRACE_S = 3.0
 """How long the first rank to fire waits, after dumping, for its peers to dump theirs."""
 
@@ -70,6 +72,7 @@ class Watchdog:
                 dump = self._dump(f"a peer rank found the run hung; this rank waited {waited:.0f}s since step {self.step}")
                 self.events.emit(StacksDumped(reason="a peer rank found the run hung", waited_s=round(waited, 1),
                                               stacks=str(dump)), self.step)
+                dump_flight_recorder(dump.with_suffix(".flight-recorder.json"))
                 self._native(dump)
 
     def _dump_path(self) -> Path:
@@ -104,6 +107,7 @@ class Watchdog:
         reason = f"no step completed for {waited:.0f}s (limit {limit:.0f}s) after step {step}"
         dump = self._dump(reason)
         (self.logs / HANG_MARKER).touch()
+        dump_flight_recorder(dump.with_suffix(".flight-recorder.json"))
         self.events.emit(Hang(reason=reason, waited_s=round(waited, 1), limit_s=round(limit, 1), stacks=str(dump)),
                          step)
         self._native(dump)

@@ -69,6 +69,20 @@ OPTIONS: dict[str, str] = {
     "rendezvous_s": "in-process restart: every rank meets on the new store",
     "data_ready_s": "in-process restart: the data loader at the resumed position",
     "first_step_s": "in-process restart: the first step beyond a steady step",
+    "comm_init_s": "creating the world's communicators after a restart (default: published, scaled to --gpus)",
+    "replica_groups": "replica_ft: HSDP replica groups",
+    "replica_min": "replica_ft: fewest live groups it trains on (default: a majority)",
+    "quorum_s": "replica_ft: the survivors' stall when a group leaves or joins",
+    "heal_s": "replica_ft: a group's heal from a live one (default: 1 s + its state at 50 GB/s)",
+    "degraded_overhead": "replica_ft: the survivors' step short a group over the ideal R/(R-1)",
+    "fingerprint_s": "sdc: the sentinel's cost per step",
+    "sdc_gpu_mtbf_h": "hours of one GPU between silent data corruptions (0: none)",
+    "sdc_nan_share": "share of silent data corruptions that end in NaN/Inf",
+    "sdc_found_after_h": "without the sentinel: hours until a silent corruption is found",
+    "straggler_gpu_mtbf_h": "hours of one GPU between fail-slow episodes (0: none)",
+    "straggler_slowdown": "the run's step time while a straggler lasts, over normal",
+    "straggler_duration_h": "mean hours a fail-slow episode lasts",
+    "straggler_detect_s": "stragglers: an episode's start to the slow node's swap",
 }
 
 
@@ -77,7 +91,7 @@ def parser() -> argparse.ArgumentParser:
                                 description="Simulate one long training run at scale, decided by the project's code.")
     for name, text in OPTIONS.items():
         default = getattr(Scenario, name)
-        kind = int if isinstance(default, int) or name == "min_nodes" else float
+        kind = int if isinstance(default, int) or name in ("min_nodes", "replica_min") else float
         p.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
                        help=f"{text} (default {default})")
     p.add_argument("--mix", help="failure shares by component, e.g. gpu=0.64,network=0.12,host=0.11,software=0.13 "
@@ -87,11 +101,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--compare", action="store_true", help="one table across every strategy")
     p.add_argument("--losses", action="store_true",
-                   help=f"each loss's share of the run for {', '.join(STEPS)} (issue 23's mechanisms one by one)")
+                   help=f"each loss's share of the run for {', '.join(STEPS)} (issue 23's and 28's mechanisms one by one)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--plot", type=Path, help="write a PNG timeline of the first seed of --strategy")
     p.add_argument("--from-bench", type=Path, action="append", default=[],
-                   help="JSON of measured costs (bench/checkpoint.py --json FILE, bench/restart.py --json FILE); "
+                   help="JSON of measured costs (bench/checkpoint.py, bench/restart.py, bench/replica.py --json FILE); "
                         "may repeat")
     p.add_argument("--scale-to", choices=list(scaling.PROFILES),
                    help="scale the --from-bench costs to this model and hardware (rules: simulate/scaling.py)")
@@ -117,7 +131,8 @@ def inputs(args: argparse.Namespace) -> tuple[Scenario, dict[str, str]]:
         found = bench.measured(raw, str(path))
         how: dict[str, str] = {}
         if args.scale_to:
-            found, how = scaling.scale(found, scaling.PROFILES[args.scale_to], gpus, timeouts, str(path))
+            groups = args.replica_groups if args.replica_groups is not None else Scenario.replica_groups
+            found, how = scaling.scale(found, scaling.PROFILES[args.scale_to], gpus, timeouts, str(path), groups)
         fields = bench.to_fields(found, str(path))
         values.update(fields)
         keys: dict[str, str] = {}

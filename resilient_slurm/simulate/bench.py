@@ -1,7 +1,7 @@
 """What the benches measured, as the simulator's inputs. Pure.
 
-`--from-bench FILE` reads the JSON object that `bench/checkpoint.py --json FILE` or
-`bench/restart.py --json FILE` writes. Every key is optional; a file needs at least one that the
+`--from-bench FILE` reads the JSON object that `bench/checkpoint.py --json FILE`,
+`bench/restart.py --json FILE` or `bench/replica.py --json FILE` writes. Every key is optional; a file needs at least one that the
 simulator reads, and unknown keys are ignored (a file may say more than the simulator uses).
 
 Keys read, in seconds unless named otherwise (medians over the bench's repetitions):
@@ -46,6 +46,26 @@ bench/restart.py (a run of `ranks` ranks on the sandbox):
     <path>_restart_s       failure → the first step's end (the total; a check on the parts)
     <path>_load_source     memory, buddy, hot or cold (text; reported, not read)
 
+bench/replica.py (runs of `ranks` ranks in `replica_groups` HSDP replica groups on the sandbox,
+per-step fault tolerance on; until it exists, the scenario takes the published or assumed values
+`scenario.SOURCES` names):
+    replica_groups     parallel.dp_replicate of the runs measured (context)
+    steady_step_s      a step's median time with every group live (context, as for restart.py)
+    short_step_s       the survivors' median step while short a group (→ degraded_overhead =
+                       short_step_s / steady_step_s / (replica_groups / (replica_groups - 1)): the
+                       step's cost beyond the ideal extra accumulation)
+    quorum_s           the survivors' stall beyond a steady step when a group leaves (a crash,
+                       found at once) and when it joins, the median of both (→ quorum_s)
+    heal_s             a replacement group, from its processes' start to its first step in the
+                       quorum: the state from a live group over the network, no disk (→ heal_s)
+    heal_bytes         bytes one rank of the healing group received (for `--scale-to`; default bytes)
+    fingerprint_s      the SDC sentinel's cost per step: the checksum of a rank's shards and the
+                       compare across replicas (→ fingerprint_s)
+    straggler_found_s  a rank slowed (a CPU quota) → declared a straggler (→ straggler_detect_s)
+Reported by it and not read (the simulator derives them from the above): failure → the
+survivors' next step (`survivors_next_step_s`), `sdc_heal_s` (a flipped bit found → healed),
+`straggler_swap_s` (found → swapped), `hang_culprit_s` (a hang → its culprit named).
+
 Scenario fields derived from the breakdown (a restart costs what a steady step does not):
     replacement_start_s = inprocess_process_start_s, teardown_s = inprocess_teardown_s,
     placement_s, rendezvous_s, data_ready_s likewise; first_step_s = inprocess_first_step_s -
@@ -66,7 +86,8 @@ BENCH_KEYS = {"save_s": "save_s", "lost_s": "blocking_s", "blocking_s": "blockin
               "collective_detect_s": "hang_detect_s", "crash_detect_s": "crash_detect_s",
               "inprocess_teardown_s": "teardown_s", "inprocess_placement_s": "placement_s",
               "inprocess_process_start_s": "replacement_start_s", "inprocess_rendezvous_s": "rendezvous_s",
-              "inprocess_data_ready_s": "data_ready_s"}
+              "inprocess_data_ready_s": "data_ready_s", "quorum_s": "quorum_s", "heal_s": "heal_s",
+              "fingerprint_s": "fingerprint_s", "straggler_found_s": "straggler_detect_s"}
 """Bench JSON key → Scenario field, one to one."""
 
 PARTS = ("detect", "teardown", "placement", "process_start", "rendezvous", "load", "data_ready", "first_step")
@@ -75,17 +96,18 @@ SUMS = {"in_alloc_restart_s": ("step", PARTS[1:5] + PARTS[6:]), "restart_s": ("r
         "first_step_s": ("inprocess", ("first_step",))}
 """Scenario field ← the parts of one path's breakdown that make it (less one steady step)."""
 
-CONTEXT = ("ranks", "steady_step_s", "heartbeat_timeout_s", "collective_timeout_s", "memory_bytes")
+CONTEXT = ("ranks", "steady_step_s", "heartbeat_timeout_s", "collective_timeout_s", "memory_bytes", "replica_groups",
+           "heal_bytes")
 """Keys that say how a bench measured, not what: `--scale-to` reads them (and `bytes`)."""
 
-KNOWN = tuple(BENCH_KEYS) + tuple(f"{p}_{part}_s" for p in PATHS for part in PARTS) + CONTEXT
+KNOWN = tuple(BENCH_KEYS) + tuple(f"{p}_{part}_s" for p in PATHS for part in PARTS) + CONTEXT + ("short_step_s",)
 
 
 def measured(raw: Any, source: str) -> dict[str, float]:
     """The numeric keys of a bench JSON the simulator knows, checked. Raises ValueError (one line)."""
     if not isinstance(raw, dict):
         raise ValueError(f"--from-bench {source}: not a JSON object of measured costs; write it with "
-                         f"bench/checkpoint.py --json FILE or bench/restart.py --json FILE")
+                         f"bench/checkpoint.py, bench/restart.py or bench/replica.py --json FILE")
     out: dict[str, float] = {}
     for key in KNOWN:
         value = raw.get(key)
@@ -114,6 +136,13 @@ def to_fields(values: dict[str, float], source: str) -> dict[str, float]:
             raise ValueError(f"--from-bench {source}: {target} needs {', '.join(missing)} beside "
                              f"{', '.join(k for k in keys if k in values)}; write the whole breakdown")
         out[target] = max(sum(values[k] for k in keys) - values["steady_step_s"], 0.0)
+    if "short_step_s" in values:
+        missing = [k for k in ("steady_step_s", "replica_groups") if k not in values]
+        if missing or values.get("replica_groups", 0) < 2:
+            raise ValueError(f"--from-bench {source}: short_step_s needs steady_step_s and replica_groups >= 2 "
+                             f"beside it; write them")
+        groups = values["replica_groups"]
+        out["degraded_overhead"] = max(values["short_step_s"] / values["steady_step_s"] / (groups / (groups - 1)), 1.0)
     return out
 
 

@@ -25,14 +25,17 @@ from resilient_slurm.simulate.scenario import Scenario, Strategy
 
 CAUSES = ("checkpoint", "memory_checkpoint", "redone", "detect", "scheduler", "queue", "teardown", "placement",
           "startup", "rendezvous", "load_memory", "load_buddy", "load", "cold_fallback", "data_ready", "first_step",
-          "shrink", "manual", "spares")
+          "comm_init", "quorum", "degraded", "straggler", "sdc", "sentinel", "shrink", "manual", "spares")
 """Where lost GPU-time goes, in report order: blocked by disk saves; blocked by memory-tier saves;
 work lost since the last checkpoint and done again; failure to decision (a hang's timeout, a
 crash's detection); Slurm's hold on a requeued job; the wait for nodes; the survivors' teardown;
 placement; process start (a step restart's, or the part of a replacement's the teardown does not
 hide); the rendezvous; loads from the own node's memory, the buddy's (beyond the own node's), the
-hot tier, and the cold tier's extra; the data loader; the first step's extra; GPUs missing from a
-shrunk run; waiting for a person after the job gave up; spare nodes held idle."""
+hot tier, and the cold tier's extra; the data loader; the first step's extra; creating the world's
+communicators after a restart; quorum changes as replica groups leave and join; the steps slower
+while a group heals, or while a straggler lasts; silent data corruption (its rollbacks, and work
+done on corrupted weights); the SDC sentinel's checks; GPUs missing from a shrunk run; waiting for a
+person after the job gave up; spare nodes held idle."""
 
 Segments = list[tuple[str, float]]
 

@@ -24,17 +24,16 @@ holds no nodes; a restarting one is not yet exposed to its step's faults).
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from resilient_slurm import recovery
-from resilient_slurm.checkpoint.costs import save_costs
 from resilient_slurm.checkpoint.deadline import choose_plan
+from resilient_slurm.checkpoint.costs import save_costs
 from resilient_slurm.checkpoint.interval import FailureHistory, Interval, choose_interval, mtbf_s
-from resilient_slurm.checkpoint.policy import SaveClock, next_due_s
+from resilient_slurm.checkpoint.policy import SaveClock
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.health import exclude_list
 from resilient_slurm.health.kernel_log import XidEvent
@@ -46,12 +45,13 @@ from resilient_slurm.simulate import costs
 from resilient_slurm.simulate.failures import FailureProcess, Fault
 from resilient_slurm.simulate.history import JOB_ID, Ledger
 from resilient_slurm.simulate.memory import MemoryTier
+from resilient_slurm.simulate.partial import Partial
+from resilient_slurm.simulate.saving import INF
 from resilient_slurm.simulate.scenario import Scenario, Strategy
 from resilient_slurm.simulate.tiers import Tiers
 from resilient_slurm.slurm import placement
 from resilient_slurm.slurm.placement import Allocation, Move
 
-INF = math.inf
 PEER_ERROR = "RuntimeError: NCCL communicator was aborted: connection closed by peer"
 WEIGHTS_SHARE = 1 / 3
 """fp32 weights beside AdamW's two moments: what a weights-only emergency save writes."""
@@ -66,7 +66,7 @@ class Trace:
     downs: list[tuple[float, float, str]]
 
 
-class Run:
+class Run(Partial):
     def __init__(self, s: Scenario, strategy: Strategy, seed: int, ledger: Ledger | None = None,
                  trace: bool = False) -> None:
         self.s, self.st = s, strategy
@@ -85,6 +85,7 @@ class Run:
         """By fault row; "<row> again" for a latent bad node or a code bug striking again; planned stops."""
         self.excluded: Counter[str] = Counter()
         self.saves = 0
+        self.commits: list[tuple[float, float]] = []
         self.intervals: list[float] = []
         """Every Young-Daly interval chosen (after each save and at each resume)."""
         self.tiers = Tiers(s.cold_copy_s)
@@ -120,6 +121,7 @@ class Run:
         self.alloc = Allocation(nodes[:self.target], nodes[self.target:], self.target,
                                 s.floor_nodes if strategy.elastic else self.target)
         self.in_use = set(self.alloc.in_use)
+        self._init_partial(seed)
         self._start(self.t)
 
     # --- the loop
@@ -147,7 +149,7 @@ class Run:
             best, handler = self.save_at, self._on_save_due
         if self.bug is not None:
             start = max(self.t, self.blocked_until)
-            at = start + max(self.bug[0] - self.work, 0.0) * self.target / len(self.alloc.in_use)
+            at = start + max(self.bug[0] - self.work, 0.0) * self.target / len(self.alloc.in_use) / self._speed()
             if at < best:
                 best, handler = at, self._on_bug
         if self.memory is not None:
@@ -157,6 +159,9 @@ class Run:
                 best, handler = self.memory.due_at, self._on_memory_due
         if self.planned_at < best:
             best, handler = self.planned_at, self._on_planned
+        for at, on in self._partial_events():
+            if at < best:
+                best, handler = at, on
         if self.out_until:
             at = min(self.out_until.values())
             if at < best:
@@ -171,9 +176,19 @@ class Run:
         if self.t < self.blocked_until:
             self.lost[self.blocked_by] += share * dt
         else:
-            self.work += share * dt
+            rate = share
+            for cause, speed in self._speeds():  # each slowdown's loss, in turn, of what is left
+                self.lost[cause] += rate * (1.0 - speed) * dt
+                rate *= speed
+            self.work += rate * dt
         self.lost["shrink"] += (1.0 - share) * dt
         self.t = t
+
+    def _speed(self) -> float:
+        out = 1.0
+        for _, speed in self._speeds():
+            out *= speed
+        return out
 
     def _down(self, segments: costs.Segments, kind: str) -> None:
         """Time passes without training; each segment is lost to its cause."""
@@ -185,41 +200,7 @@ class Run:
         if self.trace is not None:
             self.trace.downs.append((begin, self.t, kind))
 
-    # --- saves
-    def _interval_s(self) -> float:
-        if self.st.saves == "fixed":
-            return self.s.interval_min * 60.0
-        return self.interval.seconds if self.interval else self.s.min_interval_s
-
-    def _schedule_save(self) -> None:
-        due = next_due_s(self.clock, self._interval_s()) if self.st.saves != "none" else None
-        self.save_at = INF if due is None else due
-
-    def _on_save_due(self) -> None:
-        if self.t < self.blocked_until:  # a memory-tier save holds the loop: right after it
-            self.save_at = self.blocked_until
-            return
-        if self.pending is not None:  # checkpoint.if_busy=wait: the loop waits for the save in flight
-            self.blocked_until = self.save_at = self.pending[0]
-            self.blocked_by = "checkpoint"
-            return
-        grow = self._grow_back()
-        if grow is not None or not self.st.async_saves:
-            self.grow = grow
-            self.after_save = "grow" if grow else None
-            self._save_sync()
-            return
-        step = self._step()
-        self.clock = SaveClock(step, self.t)
-        self.pending = (self.t + self.s.save_s, self.work, step)
-        self.blocked_until, self.blocked_by = self.t + self.s.blocking_s, "checkpoint"
-        self._schedule_save()
-
-    def _save_sync(self) -> None:
-        self.sync_save = (self.work, self._step())
-        self.blocked_until, self.blocked_by = self.t + self.s.save_s, "checkpoint"
-        self.save_at = INF
-
+    # --- saves (the rest: saving.py)
     def _on_unblocked(self) -> None:
         if self.sync_save is None:
             return
@@ -235,19 +216,7 @@ class Run:
         else:
             self._schedule_save()
 
-    def _on_commit(self) -> None:
-        assert self.pending is not None
-        _, work, step = self.pending
-        self.pending = None
-        self._commit(work, step, blocking_s=self.s.blocking_s)
-        self._schedule_save()
-
-    def _commit(self, work: float, step: int, blocking_s: float) -> None:
-        self.tiers.commit(self.t, work, step)
-        self.saves += 1
-        self.ledger.save(self.t, step, self.s.save_s, blocking_s, self.s.ckpt_bytes)
-        self._update_interval()
-
+    # --- the Young-Daly interval (saving.py has the rest of the saves)
     def _update_interval(self) -> None:
         """As the checkpointer does after each save and at resume (Young-Daly only)."""
         if self.st.saves != "young_daly":
@@ -267,28 +236,14 @@ class Run:
         seen = self.ledger.failure_history(self.t)
         return mtbf_s(FailureHistory(self.disk_restarts, seen.exposure_s), self.s.mtbf_prior_h * 3600.0)
 
-    # --- the memory tier
-    def _on_memory_due(self) -> None:
-        assert self.memory is not None
-        later = self.memory.busy_until(self.t, self.blocked_until)
-        if later is not None:
-            self.memory.due_at = later
-            return
-        self.blocked_until = self.memory.take(self.t, self.work, self._step(), self.alloc.in_use)
-        self.blocked_by = "memory_checkpoint"
-
-    def _on_memory_commit(self) -> None:
-        assert self.memory is not None
-        saved = self.memory.commit()
-        self.ledger.save(self.t, saved.step, self.s.memory_save_s, self.s.memory_blocking_s, self.s.ckpt_bytes,
-                         memory=True)
-
     # --- failures
     def _on_failure(self) -> None:
         strike = self.process.strike(self.alloc.in_use, self.in_use, self.rng)
         self.interruptions[f"{strike.fault.name} again" if strike.recurrence else strike.fault.name] += 1
         if strike.fault.code_bug and self.bug is None:
             self.bug = (self.work, strike.fault)
+        if self.st.replica_ft and self._group_fails(strike):
+            return
         self._fail(strike.fault, strike.node, strike.at_start)
 
     def _on_bug(self) -> None:
@@ -350,7 +305,7 @@ class Run:
             self.ledger.emit(detected, Requeue(reason=f"{decision.reason}; {placed.reason}", ok=True,
                                                       exclude=list(exclude)), step)
             return self._requeue(segments, exclude, failed | out, kind="requeue, out of spares")
-        kind = "shrink" if placed.move is Move.SHRINK else "spare" if placed.added else "in place"
+        kind = placed.move.value
         self.ledger.emit(detected, RestartInAllocation(cause=decision.reason, placement=placed.reason,
                                                               replaced=sorted(failed | out), added=list(placed.added)),
                          step)
@@ -410,13 +365,15 @@ class Run:
                 self.disk_restarts += 1
         self.lost["redone"] += self.work - resumed
         self.work = resumed
+        self._after_restart(resumed)
         if self.trace is not None:
             self.trace.samples.append((self.t, self.work, len(self.alloc.in_use)))
         self.pending, self.sync_save, self.after_save, self.grow = None, None, None, None
         self.blocked_until = self.t
         self._down(segments, kind)
         start = self.t
-        self._down(load + (after or []), "load")
+        # Every restart of the whole run creates the world's communicators anew.
+        self._down(load + (after or []) + [("comm_init", self.s.comm_init())], "load")
         if self.t < self.horizon:
             self._start(start)
 
@@ -471,12 +428,6 @@ class Run:
         del self.out_until[node]
         self._set_alloc(placement.returned(self.alloc, node))
 
-    def _grow_back(self) -> placement.Placement | None:
-        if not self.st.elastic or len(self.alloc.in_use) >= self.target or not self.alloc.spares:
-            return None
-        cost = self.s.save_s + self.s.in_alloc_restart_s + self.s.load_s
-        return placement.grow_back(self.alloc, cost, self._mtbf_s())
-
     def _grow_now(self) -> None:
         assert self.grow is not None
         self.ledger.emit(self.t, Stop(reason=self.grow.reason, checkpoint=None), self._step())
@@ -488,9 +439,6 @@ class Run:
     def _set_alloc(self, alloc: Allocation) -> None:
         self.alloc = alloc
         self.in_use = set(alloc.in_use)
-
-    def _step(self) -> int:
-        return int(self.work / self.s.step_s)
 
     def _fresh(self, count: int) -> tuple[str, ...]:
         names = tuple(f"n{self.serial + i:05d}" for i in range(max(count, 0)))

@@ -23,6 +23,12 @@ CAUSE_TEXT = {
     "cold_fallback": "cold-tier load (a node's hot copy gone)",
     "data_ready": "in-process restart: data loader ready",
     "first_step": "in-process restart: first step beyond a steady one",
+    "comm_init": "communicators created anew after a restart of the whole run",
+    "quorum": "replica groups: quorum changes as a group leaves and joins",
+    "degraded": "replica groups: slower steps while a group heals",
+    "straggler": "slower steps while a straggler lasts",
+    "sdc": "silent data corruption: rollbacks and work on corrupted weights",
+    "sentinel": "the SDC sentinel's fingerprint checks",
     "shrink": "GPUs missing from a shrunk run",
     "manual": "job gave up: waiting for a person",
     "spares": "spare nodes held",
@@ -87,7 +93,8 @@ def costs_table(s: Scenario, sources: dict[str, str]) -> str:
     assumed, given)."""
     lines = ["| cost | value | source |", "|---|---|---|"]
     for name in SOURCES:
-        lines.append(f"| {name} | {getattr(s, name):.4g} s | {sources[name]} |")
+        unit = " s" if name.endswith("_s") else " h" if name.endswith("_h") else ""
+        lines.append(f"| {name} | {s.value(name):.4g}{unit} | {sources[name]} |")
     return "\n".join(lines)
 
 

@@ -12,13 +12,17 @@ a Slurm sandbox whose nodes are all that one machine. The seed's scenario trains
                 (host link); load_s (disk read);     does not explain is a fixed cost, kept as
                 cold_load_s (shared storage);        measured
                 memory_save_s, buddy_load_s
-                (network)
+                (network); heal_s (network);
+                fingerprint_s (device memory)
     ranks       *_teardown_s, *_rendezvous_s,        measured x log2(ranks there) / log2(ranks
-                *_first_step_s, steady_step_s        here), never below the published anchor (NVRx,
+                *_first_step_s, steady_step_s,       here), never below the published anchor (NVRx,
+                short_step_s
                                                      below) scaled the same way
     timeout     heartbeat_detect_s,                  the target's timeout + what the bench took
                 collective_detect_s                  beyond its own timeout
-    same        crash_detect_s, *_detect_s,          as measured: one node's or one rank's work, it
+    same        crash_detect_s, *_detect_s, quorum_s as measured: one node's or one rank's work, it
+                (over the replica groups, as many
+                here as there), straggler_found_s,
                 *_placement_s, *_process_start_s,    does not grow with the run (a restart's own
                 *_data_ready_s, in_alloc_restart_s,  *_load_s is only reported)
                 restart_s
@@ -43,10 +47,13 @@ Media, bandwidth per rank in GB/s:
     network         11: the sandbox's nodes are this machine; no    50: one ConnectX-7 400 Gb/s per GPU
                     figure, so the host link, an upper bound
                     (which keeps the fixed part large)
+    device memory   11: the CPU's memory, as the host link          3,350: H100 SXM HBM3
 
-Bytes per rank: here the bench's `bytes` (`memory_bytes` for the memory tier); there the model's
-parameters x bytes per parameter / the GPUs it is sharded over: 8.03e9 x 12 (fp32 weights and
-AdamW's two moments, what the project's checkpoint holds) / 10,000 (FSDP over every GPU) = 9.6 MB.
+Bytes per rank: here the bench's `bytes` (`memory_bytes` for the memory tier, `heal_bytes` for a
+heal); there the model's parameters x bytes per parameter / the GPUs it is sharded over: 8.03e9 x
+12 (fp32 weights and AdamW's two moments, what the project's checkpoint holds) / 10,000 (FSDP over
+every GPU) = 9.6 MB; a heal and a fingerprint cover a replica group's GPU, `groups` times that
+(each of the `replica_groups` groups holds the whole state).
 Ranks there: the scenario's GPUs. Anchors: NVRx's documented in-process restart latency, a
 TCPStore barrier of 0.5 s at 16,384 ranks (rendezvous) and ~0.5 s to destroy the process group
 (teardown). Sources: DGX H100 in NVIDIA's DGX BasePOD reference architecture (8 single-port
@@ -75,6 +82,7 @@ class Machine:
     disk_read: float
     shared_storage: float
     network: float
+    device_memory: float
 
 
 @dataclass(frozen=True)
@@ -93,15 +101,17 @@ class Profile:
 
 
 HERE = Machine("this project's machine (2 vCPU VM, virtio disk)", host_link=11 * GB, disk_write=1.1 * GB,
-               disk_read=0.7 * GB, shared_storage=0.7 * GB, network=11 * GB)
+               disk_read=0.7 * GB, shared_storage=0.7 * GB, network=11 * GB, device_memory=11 * GB)
 H100 = Machine("DGX H100 node (8 GPUs)", host_link=64 * GB, disk_write=25 * GB / 8, disk_read=50 * GB / 8,
-               shared_storage=2e12 / 16_384, network=50 * GB)
+               shared_storage=2e12 / 16_384, network=50 * GB, device_memory=3350 * GB)
 PROFILES = {"8b-h100": Profile(H100, params=8.03e9, bytes_per_param=12.0)}
 
 MEDIUM = {"save_s": "disk_write", "blocking_s": "host_link", "lost_s": "host_link", "memory_blocking_s": "host_link",
           "memory_load_s": "host_link", "load_s": "disk_read", "cold_load_s": "shared_storage",
-          "memory_save_s": "network", "buddy_load_s": "network"}
+          "memory_save_s": "network", "buddy_load_s": "network", "heal_s": "network",
+          "fingerprint_s": "device_memory"}
 """Byte-bound keys → the medium their bytes cross."""
+GROUP_KEYS = ("heal_s", "fingerprint_s")
 MEMORY_KEYS = ("memory_blocking_s", "memory_save_s", "memory_load_s", "buddy_load_s")
 RANKS_PARTS = ("teardown", "rendezvous", "first_step")
 ANCHORS = {"rendezvous": (0.5, 16_384), "teardown": (0.5, 16_384)}
@@ -115,15 +125,16 @@ def rule(key: str) -> str:
         return "bytes"
     if key in TIMEOUTS:
         return "timeout"
-    if key == "steady_step_s" or any(key.endswith(f"_{part}_s") for part in RANKS_PARTS):
+    if key in ("steady_step_s", "short_step_s") or any(key.endswith(f"_{part}_s") for part in RANKS_PARTS):
         return "ranks"
     return "same"
 
 
 def scale(values: Mapping[str, float], profile: Profile, gpus: int, timeouts: Mapping[str, float],
-          source: str) -> tuple[dict[str, float], dict[str, str]]:
+          source: str, groups: int = 1) -> tuple[dict[str, float], dict[str, str]]:
     """Every measured bench key at the target (context keys pass through), and for each key that
-    changed or was kept, how. `timeouts`: the target's heartbeat_timeout_s and collective_timeout_s.
+    changed or was kept, how. `timeouts`: the target's heartbeat_timeout_s and collective_timeout_s;
+    `groups`: its replica groups (a heal and a fingerprint move a group's GPU's share).
     Raises ValueError (one line) when a rule lacks what the bench must say about itself."""
     out: dict[str, float] = {}
     how: dict[str, str] = {}
@@ -135,18 +146,20 @@ def scale(values: Mapping[str, float], profile: Profile, gpus: int, timeouts: Ma
             how[key] = (f"{profile.params:.3g} parameters x {profile.bytes_per_param:g} B / "
                         f"{profile.shard_gpus or gpus} GPUs")
             continue
-        if key in ("ranks", "heartbeat_timeout_s", "collective_timeout_s"):
+        if key in ("ranks", "heartbeat_timeout_s", "collective_timeout_s", "replica_groups", "heal_bytes"):
             out[key] = value
             continue
         if kind == "bytes":
-            size_key = "memory_bytes" if key in MEMORY_KEYS and "memory_bytes" in values else "bytes"
+            size_key = "memory_bytes" if key in MEMORY_KEYS and "memory_bytes" in values else \
+                "heal_bytes" if key == "heal_s" and "heal_bytes" in values else "bytes"
             if size_key not in values:
                 raise ValueError(f"--scale-to: {source} gives {key} but not the bytes it moved; add `bytes`")
             medium = MEDIUM.get(key, "host_link")
+            target = profile.bytes_per_rank(gpus) * (groups if key in GROUP_KEYS else 1)
             here = values[size_key] / getattr(HERE, medium)
-            there = profile.bytes_per_rank(gpus) / getattr(profile.machine, medium)
+            there = target / getattr(profile.machine, medium)
             out[key] = max(value - here, 0.0) + there
-            how[key] = (f"{max(value - here, 0.0):.3g} s fixed + {profile.bytes_per_rank(gpus) / 1e6:.3g} MB at "
+            how[key] = (f"{max(value - here, 0.0):.3g} s fixed + {target / 1e6:.3g} MB at "
                         f"{getattr(profile.machine, medium) / GB:.3g} GB/s ({medium})")
         elif kind == "ranks":
             if ranks_here is None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from resilient_slurm.config import CheckpointConfig, ClusterConfig, HealthConfig
 from resilient_slurm.simulate.bench import BENCH_KEYS, from_bench  # noqa: F401  (their home before issue 23)
+from resilient_slurm.simulate import published
 from resilient_slurm.simulate.failures import FAULTS, Fault
 
 
@@ -34,6 +35,15 @@ class Strategy:
     """A memory tier (`memory.py`): restarts inside the allocation load from host memory."""
     in_process: bool = False
     """The survivors restart in their own processes, unless the fault forbids it."""
+    replica_ft: bool = False
+    """Per-step fault tolerance across replica groups: a failure stops only its group, which heals
+    from a live one while the others train on, short a group (`partial.py`)."""
+    stragglers: bool = False
+    """A slow node is found after `straggler_detect_s` and swapped out at a step boundary (its
+    group leaves and heals on a spare); otherwise an episode lasts its whole length."""
+    sentinel: bool = False
+    """The SDC sentinel: replicas compare weight fingerprints every step; the culprit's group heals
+    from a good one. Otherwise a silent corruption is found `sdc_found_after_h` later."""
 
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
@@ -49,9 +59,15 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              True, True, False, heartbeat=True, memory=True),
     Strategy("inprocess", "+ restart inside the surviving processes (a step restart after a hang or a CUDA error)",
              "young_daly", True, True, False, heartbeat=True, memory=True, in_process=True),
+    Strategy("replica_ft", "+ per-step fault tolerance: a failure stops only its replica group, which heals from a "
+             "live one", "young_daly", True, True, False, heartbeat=True, memory=True, in_process=True, replica_ft=True),
+    Strategy("stragglers", "+ slow nodes found and swapped out at a step boundary", "young_daly", True, True, False,
+             heartbeat=True, memory=True, in_process=True, replica_ft=True, stragglers=True),
+    Strategy("sdc", "+ the SDC sentinel: replicas compare weight fingerprints every step", "young_daly", True, True,
+             False, heartbeat=True, memory=True, in_process=True, replica_ft=True, stragglers=True, sentinel=True),
 )}
-STEPS = ("spares", "heartbeat", "memory", "inprocess")
-"""Issue 23's mechanisms one at a time, each on top of the one before (`--losses`)."""
+STEPS = ("spares", "heartbeat", "memory", "inprocess", "replica_ft", "stragglers", "sdc")
+"""Issue 23's and issue 28's mechanisms one at a time, each on top of the one before (`--losses`)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +159,41 @@ class Scenario:
     cuda_error_in_process: bool = False
     """After a CUDA-class error whose node leaves the run (its processes with it), the survivors
     restart in their processes too. Issue 23 takes a step restart; True shows what trusting them buys."""
+    # --- issue 28: communicator creation, replica groups, silent data corruption, stragglers
+    comm_init_s: float | None = None
+    """Creating the world's communicators, paid by every restart that starts the world anew (a
+    requeue, a step restart, an in-process restart); None: `published.comm_init_s` at --gpus."""
+    replica_groups: int = 10
+    """HSDP replica groups (parallel.dp_replicate) of `replica_ft`; assumed: 10 groups of 1,000
+    GPUs (each group holds the whole state, sharded over its GPUs)."""
+    replica_min: int | None = None
+    """Fewest live groups per-step fault tolerance trains on (cluster.replica_min); below it, the
+    failure takes today's path. None: a majority (torchft's advice, against split brain)."""
+    quorum_s: float = published.QUORUM_S
+    """Every live GPU waits this long when a group leaves, and again when it joins."""
+    heal_s: float | None = None
+    """A new group receives the state from a live one, with no disk read; None: 1 s plus its share
+    of the state (ckpt_bytes x replica_groups per GPU) at 50 GB/s."""
+    degraded_overhead: float = 1.0
+    """The survivors' step time short a group, over the ideal (R / (R - 1) x a step: the lost
+    group's micro-batches are extra accumulation, the global batch stays the same)."""
+    fingerprint_s: float = published.FINGERPRINT_S
+    """The SDC sentinel's cost per step (a checksum of the shards, compared across replicas)."""
+    sdc_gpu_mtbf_h: float = published.SDC_GPU_MTBF_H
+    """Hours of one GPU between silent data corruptions (0: none)."""
+    sdc_nan_share: float = published.SDC_NAN_SHARE
+    """Share of them that end in NaN/Inf, which the NaN rollback catches at once."""
+    sdc_found_after_h: float = published.SDC_FOUND_AFTER_H
+    """Without the sentinel, a silent one is found this many hours later; the run rolls back to the
+    newest checkpoint before it, loaded from the cold tier after a restart."""
+    straggler_gpu_mtbf_h: float = published.STRAGGLER_GPU_MTBF_H
+    """Hours of one GPU between fail-slow episodes (0: none)."""
+    straggler_slowdown: float = published.STRAGGLER_SLOWDOWN
+    """The whole job's step time while one lasts, over normal."""
+    straggler_duration_h: float = published.STRAGGLER_DURATION_H
+    """Mean length of an episode (exponential)."""
+    straggler_detect_s: float = published.STRAGGLER_DETECT_S
+    """With `stragglers`: from the episode's start to the slow node's swap."""
     faults: tuple[Fault, ...] = FAULTS
 
     @property
@@ -161,6 +212,25 @@ class Scenario:
     def job_mtbf_s(self) -> float:
         return self.gpu_mtbf_h * 3600.0 / self.gpus
 
+    def comm_init(self, ranks: int | None = None) -> float:
+        """Creating a communicator over `ranks` (default: every GPU of the run)."""
+        world = self.comm_init_s if self.comm_init_s is not None else published.comm_init_s(self.gpus)
+        return world * (ranks if ranks is not None else self.gpus) / self.gpus
+
+    @property
+    def heal_seconds(self) -> float:
+        return self.heal_s if self.heal_s is not None else \
+            published.HEAL_FIXED_S + self.ckpt_bytes * self.replica_groups / published.NETWORK_BYTES_S
+
+    @property
+    def replica_floor(self) -> int:
+        return self.replica_min if self.replica_min is not None else self.replica_groups // 2 + 1
+
+    def value(self, name: str) -> float:
+        """A cost as the run uses it (the derived ones where the field is None)."""
+        derived = {"comm_init_s": self.comm_init(), "heal_s": self.heal_seconds}
+        return derived[name] if getattr(self, name) is None else float(getattr(self, name))
+
     def validate(self) -> list[str]:
         """Every problem, one line each, naming the option and the fix."""
         p = []
@@ -171,8 +241,8 @@ class Scenario:
                 p.append(f"--{name.replace('_', '-')}: must be > 0")
         for name in ("blocking_s", "load_s", "cold_load_s", "cold_copy_s", "restart_s", "in_alloc_restart_s",
                      "queue_min_s", "cred_delay_s", "backfill_s", "hang_detect_s", "reset_s", "planned_per_day",
-                     *COSTS_23, "memory_every_steps"):
-            if getattr(self, name) < 0:
+                     *COSTS_23, "memory_every_steps", *COSTS_28):
+            if self.value(name) < 0:
                 p.append(f"--{name.replace('_', '-')}: must be >= 0")
         if self.blocking_s > self.save_s:
             p.append(f"--blocking-s {self.blocking_s:g}: an async save cannot block longer than --save-s {self.save_s:g}")
@@ -184,6 +254,13 @@ class Scenario:
             p.append(f"--min-nodes {self.min_nodes}: must be between 1 and the {self.nodes} nodes of the run")
         if self.cold_load_s < self.load_s:
             p.append("--cold-load-s: the cold tier cannot load faster than --load-s; raise it")
+        if not 1 <= self.replica_floor <= self.replica_groups:
+            p.append(f"--replica-min {self.replica_floor}: must be between 1 and --replica-groups {self.replica_groups}")
+        for name in ("degraded_overhead", "straggler_slowdown"):
+            if getattr(self, name) < 1:
+                p.append(f"--{name.replace('_', '-')}: must be >= 1 (1: no slower than ideal)")
+        if not 0 <= self.sdc_nan_share <= 1:
+            p.append("--sdc-nan-share: must be between 0 and 1")
         if self.memory_blocking_s > self.memory_save_s:
             p.append(f"--memory-blocking-s {self.memory_blocking_s:g}: a memory-tier save cannot block longer than "
                      f"--memory-save-s {self.memory_save_s:g}")
@@ -213,11 +290,15 @@ theirs; their "higher than 90%" effective training time bounds it from below."""
 _LLAMA3_TRAINING_H = 54 * 24 * LLAMA3_TRAINING_SHARE
 LLAMA3_AGAIN = again_per_fault(FAULTS, _LLAMA3_TRAINING_H)
 LLAMA3 = Scenario(gpus=16_384, days=54, planned_per_day=47 / 54, save_s=16_384 * 4e9 / 2e12,
-                  gpu_mtbf_h=16_384 * _LLAMA3_TRAINING_H / (LLAMA3_UNEXPECTED / (1 + LLAMA3_AGAIN)))
+                  gpu_mtbf_h=16_384 * _LLAMA3_TRAINING_H / (LLAMA3_UNEXPECTED / (1 + LLAMA3_AGAIN)),
+                  sdc_gpu_mtbf_h=0.0, straggler_gpu_mtbf_h=0.0)
 """The Llama 3 paper's 54-day snapshot (Llama Team 2024, §3.3.4): 16,384 H100s, 8 per server, 419
 unexpected interruptions (their mix is `failures.FAULTS`) and 47 planned ones; a save of at most
 4 GB per GPU to storage sustaining 2 TB/s (33 s). It reports "higher than 90%" effective training
 time. Restart time is not published: the project's own costs stand in.
+
+Fail-slows and silent corruptions that no one saw are left out: the paper counts interruptions and
+effective training time, and its 6 SDC are in the mix already (the `gpu-sdc` row).
 
 Calibrated so the expected unexpected interruptions, recurrences included, are the 419 (Meta
 counts every interruption; the failure process draws new faults, and bad nodes and code bugs add
@@ -251,8 +332,25 @@ SOURCES = {
                            "and resume in a new process; not scaled",
     "rendezvous_s": "published: NVRx TCPStore barrier 0.5 s at 16k ranks",
     "data_ready_s": "assumed: the survivors rewind their loader in place; the replacement's is in its start",
-    "first_step_s": "assumed: as a steady step (communicator creation at 10k ranks is not measured)",
+    "first_step_s": "assumed: as a steady step (communicator creation is comm_init_s, apart)",
+    "comm_init_s": published.COMM_INIT_SOURCE,
+    "quorum_s": "published: torchft on Crusoe, cross-group Gloo reinit < 1 s (PyTorch blog, 2025-06)",
+    "heal_s": "assumed: 1 s of set-up + ckpt_bytes x replica_groups per GPU over 400 Gb/s (DGX H100's "
+              "ConnectX-7 per GPU)",
+    "degraded_overhead": "assumed: the extra accumulation costs exactly its compute (x the ideal R/(R-1))",
+    "fingerprint_s": "assumed: a checksum of a GPU's shard at HBM speed and its compare, 10 ms a step",
+    "sdc_gpu_mtbf_h": "published: Llama 3, 6 SDC in 54 days on 16,384 GPUs (one every 14.7 days at 10,000 "
+                      "GPUs; Gemini: every week or two)",
+    "sdc_nan_share": "published: 1.01% of SDC outcomes are NaN/Inf (arXiv 2605.04213)",
+    "sdc_found_after_h": "assumed: a silent corruption is found by a loss excursion or an eval within hours "
+                         "(no published latency)",
+    "straggler_gpu_mtbf_h": "assumed: one fail-slow a week on a 1,024-GPU job (Greyhound: 16 of 27 large jobs hit)",
+    "straggler_slowdown": "published: Greyhound (ATC'25), fail-slows delay large jobs 1.34x on average",
+    "straggler_duration_h": "assumed: mean 1 h (Greyhound: sub-minutes to nearly ten hours)",
+    "straggler_detect_s": "assumed: a few slow steps (Greyhound detects > 99%; no latency given)",
 }
 """Where each cost's default comes from; `--from-bench`, `--scale-to` and options replace them."""
+COSTS_28 = ("comm_init_s", "quorum_s", "heal_s", "fingerprint_s", "sdc_gpu_mtbf_h", "sdc_found_after_h",
+            "straggler_gpu_mtbf_h", "straggler_duration_h", "straggler_detect_s")
 COSTS_23 = ("heartbeat_s", "crash_detect_s", "memory_blocking_s", "memory_save_s", "memory_load_s", "buddy_load_s",
             "placement_s", "teardown_s", "replacement_start_s", "rendezvous_s", "data_ready_s", "first_step_s")

@@ -7,7 +7,8 @@ The allocation holds `target` nodes for the step plus spare nodes. When nodes le
    least `min_nodes` (elastic training; `min_nodes == target` turns shrinking off);
 3. otherwise requeue, leaving out every node that failed in this allocation.
 A failure that took no node out (a crash the health check found no fault behind) restarts on the
-same nodes.
+same nodes. A node that is slow but alive (a straggler) is swapped for a spare at a checkpoint
+(`swap_out`), and counts as failed from then on.
 
 Nodes leave the step in two ways. A node that **failed** (its verdict took it out for good, or
 the crash-loop guard pinned the failures on it) is never chosen again automatically within this
@@ -31,8 +32,18 @@ from dataclasses import dataclass, replace
 
 
 class Move(enum.Enum):
-    RESTART = "restart_in_allocation"
+    """How the next step is placed; the value is what `restart_in_allocation` records as its `move`."""
+
+    IN_PLACE = "in place"
+    """The same nodes again: no node was at fault, or the survivors still meet the target."""
+    SPARE = "spare"
+    """Spares take the places of the nodes that left."""
     SHRINK = "shrink"
+    """Fewer nodes than the target, down to min_nodes."""
+    GROW = "grow"
+    """A shrunk run back onto nodes returned to service (the driver stops the step for it)."""
+    SWAP = "swap"
+    """A slow node swapped for a spare (the driver stops the step for it)."""
     REQUEUE = "requeue"
 
 
@@ -87,12 +98,12 @@ def after_failure(alloc: Allocation, failed: Iterable[str] = (), out: Iterable[s
     if need <= 0:
         kept = replace(alloc, in_use=survivors, spares=spares, failed=all_failed)
         why = "no node was at fault" if not gone else f"{len(survivors)} nodes still meet the target"
-        return Placement(Move.RESTART, kept, (), (), f"restart on the same nodes: {why}")
+        return Placement(Move.IN_PLACE, kept, (), (), f"restart on the same nodes: {why}")
     lost = ", ".join(sorted(gone))
     if len(spares) >= need:
         added = spares[:need]
         new = replace(alloc, in_use=survivors + added, spares=spares[need:], failed=all_failed)
-        return Placement(Move.RESTART, new, added, (), f"{lost} replaced by spare {', '.join(added)}")
+        return Placement(Move.SPARE, new, added, (), f"{lost} replaced by spare {', '.join(added)}")
     if len(survivors) + len(spares) >= alloc.min_nodes and alloc.min_nodes < alloc.target:
         new = replace(alloc, in_use=survivors + spares, spares=(), failed=all_failed)
         return Placement(Move.SHRINK, new, spares,
@@ -138,8 +149,21 @@ def grow_back(alloc: Allocation, restart_s: float, mtbf_s: float) -> Placement |
     if not usable or len(usable) * mtbf_s <= restart_s * len(alloc.in_use):
         return None
     new = replace(alloc, in_use=alloc.in_use + usable, spares=tuple(n for n in alloc.spares if n not in usable))
-    return Placement(Move.RESTART, new, usable, (),
+    return Placement(Move.GROW, new, usable, (),
                      f"grow back to {len(new.in_use)} of {alloc.target} nodes with {', '.join(usable)}")
+
+
+def swap_out(alloc: Allocation, node: str, why: str) -> Placement | None:
+    """`node` (in use, and slow) swapped for the first spare, in its place, so every other node keeps
+    its ranks; `node` counts as failed here (never chosen again unless returned to service). None
+    without a spare to take its place."""
+    usable = [n for n in alloc.spares if n not in alloc.failed]
+    if node not in alloc.in_use or not usable:
+        return None
+    spare = usable[0]
+    new = replace(alloc, in_use=tuple(spare if n == node else n for n in alloc.in_use),
+                  spares=tuple(n for n in alloc.spares if n != spare), failed=alloc.failed | {node})
+    return Placement(Move.SWAP, new, (spare,), (), f"{node} swapped for spare {spare}: {why}")
 
 
 def keep_positions(before: Sequence[str], after: Allocation, gone: Iterable[str]) -> Allocation:

@@ -14,10 +14,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-DRIVEN_ENV = "RESILIENT_SLURM_DRIVEN"
-"""Set in the environment of a driven step's tasks: they record their outcome and leave every
-decision to the driver."""
-
 _TASKS = re.compile(r"^srun: error: (\S+): tasks? ([\d,\-]+): (.+)$")
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)")
 _STEP = re.compile(r"^srun: launching StepId=(\d+)\.(\d+)")
@@ -46,11 +42,12 @@ def step_argv(nodes: Sequence[str], tasks_per_node: int, command: Sequence[str],
     """srun for a step of exactly these nodes. `--kill-on-bad-exit` ends the step when one task
     ends badly, so no rank is left behind waiting in a collective; `survivors_stay` leaves the
     other tasks running instead (the driver restarts them in their processes, or ends the step
-    itself). `env`: more NAME=VALUE for the tasks. Options the step does not inherit from the job
-    (Slurm 22.05 no longer passes --cpus-per-task on) are given again."""
+    itself). `env`: NAME=VALUE for the tasks besides the driver's environment (what the driver
+    tells them: `RankLaunch.exports()`). Options the step does not inherit from the job (Slurm
+    22.05 no longer passes --cpus-per-task on) are given again."""
     argv = ["srun", "-v", "--unbuffered", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
             f"--ntasks={len(nodes) * tasks_per_node}", f"--ntasks-per-node={tasks_per_node}",
-            f"--kill-on-bad-exit={0 if survivors_stay else 1}", f"--export={','.join(['ALL', f'{DRIVEN_ENV}=1', *env])}"]
+            f"--kill-on-bad-exit={0 if survivors_stay else 1}", f"--export={','.join(['ALL', *env])}"]
     if cpus_per_task:
         argv.append(f"--cpus-per-task={cpus_per_task}")
     if gpus_per_node:

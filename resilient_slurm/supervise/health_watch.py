@@ -4,8 +4,9 @@ For users who cannot install cluster-wide Prolog/Epilog hooks, and between them 
 can: an Xid that takes a GPU off the bus mid-job should not wait for the Epilog. One checker per
 node (the task with local rank 0) runs `health.scan.preflight` (the same scan as
 `tools/xid_scan`); a node that must go out is recorded in the ledger, put on the exclude list,
-drained when allowed, and the job is asked to stop: every rank then saves the same step, and the
-job requeues itself without the node (recovery.decide reads the `node_unhealthy` event).
+drained when allowed, marked in the node record (`health.node_record`), and the job is asked to
+stop: every rank then saves the same step, and the job requeues itself without the node
+(recovery.decide reads the `node_unhealthy` event).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 from resilient_slurm.config import Config
-from resilient_slurm.health import exclude_list
+from resilient_slurm.health import exclude_list, node_record
 from resilient_slurm.health.scan import preflight
 from resilient_slurm.ledger import EventLog, NodeUnhealthy
 from resilient_slurm.process.signals import StopRequest
@@ -52,6 +53,10 @@ class NodeHealthWatch:
         if self.cfg.cluster.exclude_file:
             exclude_list.add(self.cfg.cluster.exclude_file, self.node, reason=verdict.reason, now=time.time(),
                              xid=verdict.xid, job_id=self.job_id, ttl_s=h.exclude_ttl_h * 3600.0)
+        if h.node_record:
+            node_record.append(h.node_record, node_record.Mark(
+                self.node, node_record.XID, time.time(), self.job_id,
+                {"xid": verdict.xid, "action": verdict.action.label, "reason": verdict.reason}))
         if h.drain:
             ok, message = scontrol.drain_node(self.node, f"resilient_slurm: {verdict.reason}")
             if not ok:

@@ -30,10 +30,10 @@ from resilient_slurm.health.oom_kill import judge_exit
 from resilient_slurm.health.oom_watch import OomWatch, memory_cgroup_dirs
 from resilient_slurm.ledger import EventLog, HostOom, RankExit, RanksKilled, read_events, read_new_events
 from resilient_slurm.monitor.heartbeats import culprits
-from resilient_slurm.session.heartbeat import HEARTBEAT_ENV
 from resilient_slurm.session.rejoin import PEER_GONE
 from resilient_slurm.process.signals import STOP_SIGNALS, Forwarder, forward_signals, stop_signals_held
-from resilient_slurm.supervise.hangs import record_silence
+from resilient_slurm.process.launch import RankLaunch
+from resilient_slurm.supervise.hangs import record_hang
 from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
 from resilient_slurm.supervise.local_groups import run_local_groups
 from resilient_slurm.supervise.local_procs import combine_exit_codes
@@ -42,6 +42,8 @@ from resilient_slurm.supervise.local_procs import exit_at_once as _exit_at_once
 from resilient_slurm.supervise.local_procs import forward as _forward
 from resilient_slurm.supervise.local_procs import free_port as _free_port
 from resilient_slurm.supervise.local_procs import signal_all as _signal_all
+from resilient_slurm.supervise.stragglers import record_straggler
+
 
 def run_local(cfg: Config, run_dir: Path) -> int:
     if cfg.cluster.replica_ft:
@@ -58,19 +60,19 @@ def run_local(cfg: Config, run_dir: Path) -> int:
     # too, so that it inherits the block: the kernel hands a process's signal to any thread that
     # does not block it, and Python then runs the handler of the moment in the main thread.
     with stop_signals_held():
-        monitor = HeartbeatMonitor("127.0.0.1", cfg.monitor.heartbeat_timeout_s, cfg.monitor.heartbeat_phase_s) \
-            if cfg.monitor.heartbeat_timeout_s > 0 else None
+        monitor = HeartbeatMonitor("127.0.0.1", cfg.monitor) if cfg.monitor.heartbeat_timeout_s > 0 else None
+        if monitor is not None:
+            monitor.restart(0, n)
         for rank in range(n):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            if monitor is not None:
-                env[HEARTBEAT_ENV] = monitor.address
+            launch = RankLaunch(run_dir=str(run_dir), rank=rank, world_size=n, local_rank=rank, local_world_size=n,
+                                master_addr="127.0.0.1", master_port=port,
+                                heartbeat=monitor.address if monitor is not None else "")
             procs.append(subprocess.Popen([sys.executable, "-m", "resilient_slurm.runtime.rank", str(run_dir)],
-                                          env=env, preexec_fn=_die_with_parent))
+                                          env={**os.environ, **launch.to_env()}, preexec_fn=_die_with_parent))
         forwarder = forward_signals(STOP_SIGNALS, lambda signum: _forward(procs, signum))
     try:
         codes = _supervise(procs, cfg.cluster.kill_grace_s, EventLog(ledger, rank=-1), watch, forwarder, monitor,
-                           run_dir, since)
+                           run_dir, since, cfg.health.node_record)
     finally:
         if monitor is not None:
             monitor.close()
@@ -91,10 +93,11 @@ def say_how_it_ended(ledger: Path, since: int, ranks: int) -> None:
 
 def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, watch: OomWatch,
                forwarder: Forwarder | None = None, monitor: HeartbeatMonitor | None = None,
-               run_dir: Path | None = None, since: int = 0) -> list[int]:
-    """Until every rank has exited; a rank the heartbeats find silent ends them all, as a hang.
-    `since`: where this launch's events begin in the ledger."""
+               run_dir: Path | None = None, since: int = 0, node_record: str | None = None) -> list[int]:
+    """Until every rank has exited; a rank the heartbeats find hung ends them all, as a hang; a
+    straggler is recorded. `since`: where this launch's events begin in the ledger."""
     deadline: float | None = None
+    here = os.uname().nodename
     reported: set[int] = set()
     killed: set[int] = set()  # ranks this launcher SIGKILLed itself: no OOM killer took them
     while True:
@@ -112,12 +115,18 @@ def _supervise(procs: list[subprocess.Popen], grace_s: float, events: EventLog, 
                                         evidence=verdict.evidence), None)
         if all(c is not None for c in codes):
             return [c for c in codes if c is not None]
-        silent = monitor.silent(r for r, c in enumerate(codes) if c is None) if monitor and deadline is None else []
-        if silent and run_dir is not None:
-            hung = culprits(silent)
-            for s in hung:
-                record_silence(run_dir, s, procs[s.rank].pid, {})
-            stuck = [r for r, c in enumerate(codes) if c is None]
+        running = [r for r, c in enumerate(codes) if c is None]
+        if monitor is not None and run_dir is not None:
+            for found in monitor.stragglers():
+                record_straggler(run_dir, found, here, {}, "report", node_record)
+        silent = monitor.silent(running) if monitor and deadline is None else []
+        if silent and monitor is not None and run_dir is not None:
+            front = monitor.wavefront(range(len(procs)))
+            hung = culprits(silent, front)
+            gone = {s.rank for s in silent if not s.alive}
+            record_hang(run_dir, hung, front, [r for r in running if r not in gone], dict.fromkeys(running, here),
+                        {s.rank: procs[s.rank].pid for s in hung}, {}, node_record)
+            stuck = running
             events.emit(RanksKilled(ranks=stuck, reason=f"hung: {hung[0].describe()}"), None)
             _signal_all(procs, signal.SIGKILL)
             killed.update(stuck)

@@ -32,8 +32,8 @@ from resilient_slurm.replica import plan
 from resilient_slurm.replica.engine import LIGHTHOUSE_ENV
 from resilient_slurm.replica.lighthouse import Lighthouse
 from resilient_slurm.rundir import RunDir
-from resilient_slurm.session.heartbeat import HEARTBEAT_ENV
-from resilient_slurm.supervise.hangs import record_silence
+from resilient_slurm.process.launch import RankLaunch
+from resilient_slurm.supervise.hangs import record_hang
 from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
 from resilient_slurm.supervise.local_procs import combine_exit_codes, die_with_parent, exit_at_once, forward, free_port
 
@@ -59,12 +59,11 @@ class LocalGroups:
         port, n = free_port(), self.cfg.cluster.ranks
         for local in range(self.size):
             rank = group * self.size + local
-            env = dict(os.environ, RANK=str(local), WORLD_SIZE=str(self.size), LOCAL_RANK=str(rank),
-                       LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       **{plan.GROUP_ENV: str(group), plan.HEAL_ENV: "1" if heal else "0",
-                          LIGHTHOUSE_ENV: self.lighthouse})
-            if self.monitor is not None:
-                env[HEARTBEAT_ENV] = self.monitor.address
+            launch = RankLaunch(run_dir=str(self.run_dir), rank=local, world_size=self.size, local_rank=rank,
+                                local_world_size=n, master_addr="127.0.0.1", master_port=port,
+                                heartbeat=self.monitor.address if self.monitor is not None else "")
+            env = {**os.environ, **launch.to_env(), plan.GROUP_ENV: str(group), plan.HEAL_ENV: "1" if heal else "0",
+                   LIGHTHOUSE_ENV: self.lighthouse}
             proc = subprocess.Popen([sys.executable, "-m", "resilient_slurm.runtime.rank", str(self.run_dir)],
                                     env=env, preexec_fn=die_with_parent)
             if rank < len(self.procs):
@@ -131,9 +130,13 @@ class LocalGroups:
             return set()
         running = [r for r, c in enumerate(codes) if c is None and r // self.size not in failed]
         silent = self.monitor.silent(running)
-        hung = culprits(silent)
-        for s in hung:
-            record_silence(self.run_dir, s, self.procs[s.rank].pid, {})
+        if not silent:
+            return set()
+        front = self.monitor.wavefront(running)
+        hung = culprits(silent, front)
+        here = os.uname().nodename
+        record_hang(self.run_dir, hung, front, running, dict.fromkeys(running, here),
+                    {s.rank: self.procs[s.rank].pid for s in hung}, {}, self.cfg.health.node_record)
         return {s.rank // self.size for s in hung}
 
     def _replace(self, failed: set[int]) -> str | None:

@@ -54,7 +54,7 @@ from resilient_slurm.session import rejoin
 from resilient_slurm.slurm import placement, scontrol
 from resilient_slurm.slurm.env import master_port
 from resilient_slurm.slurm.placement import Allocation
-from resilient_slurm.supervise.hangs import record_silence
+from resilient_slurm.supervise.hangs import record_hang
 from resilient_slurm.supervise.steps import Generation
 from resilient_slurm.supervise.task import GaveUp as GaveUpError
 from resilient_slurm.supervise.task import requeue
@@ -183,11 +183,14 @@ class ReplicaDriver:
             return set()
         size = len(groups[0].nodes) * self.per_node
         running = [g.index * size + r for g in groups if g.gen.running() and not g.out for r in range(size)]
-        hung = culprits(monitor.silent(running))
-        for s in hung:
-            g = groups[s.rank // size]
-            node = g.nodes[(s.rank % size) // self.per_node]
-            record_silence(self.d.path, s, None, self.d._context(g.gen.step_id, node))
+        silent = monitor.silent(running)
+        if not silent:
+            return set()
+        front = monitor.wavefront(running)
+        hung = culprits(silent, front)
+        nodes = {r: groups[r // size].nodes[(r % size) // self.per_node] for r in running}
+        context = {s.rank: self.d._context(groups[s.rank // size].gen.step_id, nodes[s.rank]) for s in hung}
+        record_hang(self.d.path, hung, front, running, nodes, {}, context, self.d.cfg.health.node_record)
         return {s.rank // size for s in hung}
 
     def _kill(self, g: Group) -> None:

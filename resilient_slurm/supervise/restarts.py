@@ -15,7 +15,6 @@ part by part, from the failure to that step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,33 +22,7 @@ from resilient_slurm import recovery
 from resilient_slurm.files import stamp_seconds, utc_stamp
 from resilient_slurm.ledger import DataReady, EventLog, PeerLost, RestartInAllocation, Resume, Start, read_events
 from resilient_slurm.rundir import RunDir
-
-
-@dataclass
-class PendingRestart:
-    """A restart inside the allocation, recorded (under the new start's attempt key) once the new
-    start takes its first step."""
-
-    cause: str
-    placement: str
-    move: str
-    replaced: list[str]
-    added: list[str]
-    failed_at: float
-    last_step: int | None
-    path: str = "step"
-    """inprocess or step."""
-    why: str = ""
-    """Why the path (a refused restart inside the processes)."""
-    decided_at: float = 0.0
-    placed_at: float = 0.0
-    """When the new start's processes were launched (or told to rejoin)."""
-    ended_at: float = 0.0
-    """When the failed start's processes were gone (a step restart)."""
-    replacements: tuple[int, ...] = ()
-    """Ranks whose processes are new (a restart inside the processes); empty: all."""
-    nodes: tuple[str, ...] = ()
-    """The nodes the new start runs on."""
+from resilient_slurm.supervise.conclusion import PendingRestart
 
 
 def record_restart(run_dir: Path, r: PendingRestart, events: EventLog, step_id: int | None,
@@ -62,7 +35,7 @@ def record_restart(run_dir: Path, r: PendingRestart, events: EventLog, step_id: 
     # A standby's process began before the failure: none had to start after it.
     process_s = max(max(new_processes) - r.failed_at, 0.0) if new_processes else None
     events.emit(RestartInAllocation(
-        cause=r.cause, placement=r.placement, replaced=r.replaced, added=r.added,
+        cause=r.cause, placement=r.placement, replaced=list(r.replaced), added=list(r.added),
         latency_s=None if first_step_at is None else round(first_step_at - r.failed_at, 3), move=r.move,
         nodes=list(r.nodes) or None, failed_at=utc_stamp(r.failed_at), process_s=None if process_s is None else round(process_s, 3),
         path=r.path, why=r.why or None, breakdown=breakdown(r, history, mine, first_step_at)), r.last_step)

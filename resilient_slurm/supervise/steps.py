@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from resilient_slurm.slurm import srun
-from resilient_slurm.slurm.placement import Placement
+from resilient_slurm.supervise.conclusion import DriverMove
 
 
 @dataclass
@@ -40,9 +40,8 @@ class Generation:
     report_times: list[float] = field(default_factory=list)
     origin: int | None = None
     """How many reports came before the step was being torn down: the rest are consequences."""
-    grow: Placement | None = None
-    """The larger placement the driver stopped this step for (a shrunk run growing back)."""
-    grow_asked_at: float = 0.0
+    move: DriverMove | None = None
+    """The move the driver stopped this step for (a shrunk run growing back, a straggler swapped out)."""
     lost: list[str] = field(default_factory=list)
     """Nodes whose tasks ended without a trace, found while judging a restart in the processes."""
 
@@ -85,7 +84,6 @@ class Generation:
     @property
     def origin_reports(self) -> list[srun.TaskReport]:
         return self.reports[: len(self.reports) if self.origin is None else self.origin]
-
 
 
 def _read(s: Srun) -> None:

@@ -4,7 +4,7 @@ Submitted through submitit (the `SlurmTask` callable) or started by `sbatch/trai
 `python -m resilient_slurm.supervise.task RUN_DIR`. Each requeue re-runs it; it resumes from the run
 directory's newest valid checkpoint.
 
-In a step run by the job's driver (`supervise/driver.py`, which sets `srun.DRIVEN_ENV`), the task only
+In a step run by the job's driver (`supervise/driver.py`, whose `RankLaunch` says `driven`), the task only
 records: the driver reads the ledger when the step ends and decides for the whole allocation. A
 task then exits 0 after any orderly end every rank agreed on (finished, stopped, gave up), so that
 srun's `--kill-on-bad-exit` cuts no rank short while it closes, and non-zero after a failure, so
@@ -38,6 +38,7 @@ from resilient_slurm.process.signals import install_stop_handlers
 from resilient_slurm.process.threads import yield_when_idle
 
 if TYPE_CHECKING:
+    from resilient_slurm.process.launch import RankLaunch
     from resilient_slurm.session.rejoin import Instruction
     from resilient_slurm.process.signals import StopRequest
     from resilient_slurm.slurm.env import SlurmEnv
@@ -74,16 +75,17 @@ class SlurmTask:
         from resilient_slurm.slurm.env import SlurmEnv, master_port
         from resilient_slurm.supervise.health_watch import NodeHealthWatch
         from resilient_slurm.slurm.scontrol import node_address
-        from resilient_slurm.slurm.srun import DRIVEN_ENV
+        from resilient_slurm.process.launch import RankLaunch
         from resilient_slurm.replica.plan import GROUP_ENV
 
         run_dir = Path(self.run_dir)
-        driven = os.environ.get(DRIVEN_ENV) == "1"
+        launch = RankLaunch.from_env(os.environ)
+        driven = launch.driven
         env = SlurmEnv.from_env()
         if env is None:
             raise RuntimeError("not inside a Slurm task (no SLURM_JOB_ID/SLURM_PROCID); use cluster=local")
         cfg = load_config(run_dir)
-        joining = _joining(run_dir, env, stop)
+        joining = _joining(run_dir, env, stop, launch)
         if joining is not None and joining.replica_group is not None:
             _join_replica_group(joining.replica_group)
         rank = env.procid if joining is None else joining.replaced[env.step_id] + env.procid
@@ -95,13 +97,12 @@ class SlurmTask:
             history = read_events(RunDir(run_dir).events)
             cause = recovery.restart_cause(history, env.attempt)
             events.emit(Attempt(nodes=list(env.nodes), ntasks=env.ntasks, cause=cause), None)
-        os.environ["LOCAL_WORLD_SIZE"] = str(env.local_ntasks)
         if joining is None:
             info = RankInfo(env.procid, env.ntasks, env.localid, node_address(env.nodes[0]),
-                            master_port(env.job_id, env.step_id), env.nodename)
+                            master_port(env.job_id, env.step_id), env.nodename, env.local_ntasks)
         else:  # a replacement rank: the generation's world, as the driver's word has it
             info = RankInfo(rank, joining.world_size, rank % joining.tasks_per_node, joining.master_addr,
-                            joining.master_port, env.nodename)
+                            joining.master_port, env.nodename, env.local_ntasks)
         kernel_log = cfg.health.kernel_log.replace("%n", env.nodename) if cfg.health.kernel_log else None
         oom_watch = OomWatch(memory_cgroup_dirs(), kernel_log)  # only kills from now on count
 
@@ -199,25 +200,26 @@ def _record_host_oom(run_dir: Path, attempt: tuple[str, int, int], watch: OomWat
         events.emit(HostOom(killed_rank=rank, pid=verdict.pid, source=verdict.source, evidence=verdict.evidence), step)
 
 
-def _joining(run_dir: Path, env: SlurmEnv, stop: StopRequest) -> Instruction | None:
+def _joining(run_dir: Path, env: SlurmEnv, stop: StopRequest, launch: RankLaunch) -> Instruction | None:
     """A replacement step's tasks join the generation the driver started them for: its word says
     where (it is written once srun has named the step, so they wait for it). A standby's task first
     waits, ready, to be woken into a generation; it exits 0 when the job stops or ends meanwhile."""
+    from resilient_slurm.process.launch import mark_generation
     from resilient_slurm.session import rejoin
 
-    generation = os.environ.get(rejoin.JOIN_ENV)
-    if os.environ.get(rejoin.STANDBY_ENV) == "1":
+    generation = launch.join
+    if launch.standby:
         import resilient_slurm.trainer.trainer  # noqa: F401 - imported before the wake, not after it
 
         woken = rejoin.await_wake(rejoin.wake_path(run_dir, env.job_id, env.restart_count, env.step_id),
                                   lambda: stop.requested)
         if woken is None:
             sys.exit(0)  # it trained nothing: nothing to save, nothing to record
-        generation = str(woken)
+        generation = woken
     if not generation:
         return None
-    os.environ[rejoin.GENERATION_ENV] = generation
-    path = rejoin.instruction_path(run_dir, env.job_id, env.restart_count, int(generation))
+    mark_generation(os.environ, generation)  # this process's heartbeats carry it
+    path = rejoin.instruction_path(run_dir, env.job_id, env.restart_count, generation)
     word = rejoin.await_instruction(path, JOIN_TIMEOUT_S)
     if word is None:
         raise RuntimeError(f"no word from the driver at {path} within {JOIN_TIMEOUT_S:.0f} s")

@@ -20,6 +20,7 @@ from typing import Any
 from resilient_slurm.config import Config, ConfigError, composer, explicit_keys, flatten, to_config, to_dict
 from resilient_slurm.sweep import asha, pbt, study
 from resilient_slurm.sweep.space import Dimension, SpaceError, grid_points, is_search_argument, parse_space
+from resilient_slurm.errors import InputError
 
 # Columns every metrics.jsonl row has; any other metric is written on evaluation steps only.
 EVERY_STEP = ("loss", "lr", "grad_norm", "tokens", "tokens_per_s", "samples_per_s", "step_seconds", "data_wait_s")
@@ -55,7 +56,7 @@ Examples:
 """
 
 
-class SweepError(ValueError):
+class SweepError(InputError):
     """A problem with the command; one line each."""
 
 

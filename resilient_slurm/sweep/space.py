@@ -21,6 +21,7 @@ from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSw
 from hydra.errors import HydraException
 
 from resilient_slurm.config.checks import suggest
+from resilient_slurm.errors import InputError
 
 # Keys a search must not touch: the controller names the trials and owns the sweep settings, and
 # the pause step is how it schedules them.
@@ -28,7 +29,7 @@ _NOT_SEARCHABLE = ("run.", "sweep.", "train.pause_at_step")
 _LOG_TAG = "log"
 
 
-class SpaceError(ValueError):
+class SpaceError(InputError):
     """The search space is wrong; one line per problem, each naming the argument and the fix."""
 
 

@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 
 from resilient_slurm.config import SweepConfig
 from resilient_slurm.sweep.space import Dimension
+from resilient_slurm.errors import InputError
 
 # Settings a restart may change: how fast and how wide the search runs, not what it searches.
 MUTABLE_SETTINGS = ("name", "trials", "parallel", "budget_steps", "controller", "controller_time_min", "poll_s")
@@ -34,7 +35,7 @@ JOURNAL = "optuna.journal"
 SPEC = "sweep.yaml"
 
 
-class StudyError(ValueError):
+class StudyError(InputError):
     """The study directory does not match the command; one line naming the fix."""
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from resilient_slurm.errors import InputError
+
 FILE_HEADER = struct.Struct("<4sHB")
 FILE_IDENT, FILE_MAGIC, FILE_VERSION = b":W&B", 0xBEE1, 0
 RECORD_HEADER = struct.Struct("<IHB")
@@ -34,7 +36,7 @@ _TYPE_CRC = {t: zlib.crc32(bytes([t])) for t in (FULL, FIRST, MIDDLE, LAST)}
 _SEGMENT = r"^(?:offline-)?run-(\d{{8}}_\d{{6}})-{run_id}(?:-(\d+))?$"
 
 
-class WandbFileError(ValueError):
+class WandbFileError(InputError):
     """Not a wandb transaction log (bad header); the message names the file."""
 
 

@@ -4,6 +4,7 @@ Modules:
     trainer      the loop: data, model, OOM retry, rollback, evaluation, pause, export
     build        what the trainer builds first: the sharded model with its initial weights
     step         one optimizer step over the global batch (forward, backward, reduce, clip, update)
+    pipeline_step  the step through pipeline stages (a schedule's forwards and backwards, the norm over stages)
     replicated   its steps across replica groups: a quorum first, the group's share, a step done again
     oom          a CUDA OOM on any rank agreed by all (points before FSDP2's collectives), the step freed
     optim        AdamW and the warmup + cosine schedule

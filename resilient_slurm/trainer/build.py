@@ -15,13 +15,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from resilient_slurm.checkpoint.dcp_io import fill_model
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
 from resilient_slurm.parallel import fsdp
+from resilient_slurm.parallel.pipeline import Stages, build_stages
 from resilient_slurm.errors import InputError
 from resilient_slurm.session.distributed import Comm
 from resilient_slurm.parallel.mesh import ParallelMesh
-from resilient_slurm.data.open import INPUT_ERRORS
 from resilient_slurm.model.decoder import LlamaForCausalLM
 from resilient_slurm.model.pretrained import HFWeights, expected_shapes, identity
 
@@ -36,17 +37,26 @@ def build_model(cfg: Config, comm: Comm, mesh: ParallelMesh | None = None) -> Ll
     return model
 
 
+def build_pipeline(cfg: Config, comm: Comm, mesh: ParallelMesh) -> Stages:
+    """This rank's pipeline stages (parallel.pp > 1), with their initial weights: a tied head's copy
+    on the last stage gets the embedding's, filled by the same name."""
+    stages = build_stages(cfg.model, cfg.parallel.pp_schedule, cfg.parallel.stages_per_rank, mesh, comm.device)
+    fill_initial(stages.view, cfg)
+    return stages
+
+
 def fill_initial(model: nn.Module, cfg: Config) -> None:
     """(Re)write this rank's shards with the initial weights: the pretrained ones, read box by box
-    (the box's rows) from their files, or the seeded random ones; LoRA adapters from their seed."""
+    (the box's rows) from their files, a DCP directory's (`model.dcp`, read at this run's sharding),
+    or the seeded random ones; LoRA adapters from their seed."""
+    if cfg.model.dcp:
+        fill_model(model, Path(cfg.model.dcp), cfg.model.num_heads, cfg.model.num_kv_heads)
+        return
     if not cfg.model.pretrained:
         fsdp.fill_random(model, cfg.model, cfg.train.seed)
         return
-    try:
-        weights = HFWeights(cfg.model.pretrained)
-        weights.check(expected_shapes(cfg.model))
-    except INPUT_ERRORS as e:
-        raise InputError(str(e)) from None
+    weights = HFWeights(cfg.model.pretrained)
+    weights.check(expected_shapes(cfg.model))
 
     def box_of(name: str, shape: tuple[int, ...], offset: tuple[int, ...], out: torch.Tensor) -> None:
         if out.device.type == "cpu":
@@ -67,18 +77,17 @@ def base_model(cfg: Config) -> dict[str, Any] | None:
         return None
     if not cfg.model.pretrained:
         return {"path": None, "identity": f"random-init:seed={cfg.train.seed}:std={cfg.model.init_std}"}
-    try:
-        return {"path": cfg.model.pretrained, "identity": identity(cfg.model.pretrained)}
-    except INPUT_ERRORS as e:
-        raise InputError(str(e)) from None
+    return {"path": cfg.model.pretrained, "identity": identity(cfg.model.pretrained)}
 
 
-def lora_record(cfg: Config) -> dict[str, Any] | None:
-    """A LoRA run's adapters as its checkpoints record them; None for a full fine-tune."""
+def lora_stamp(cfg: Config, base: dict[str, Any] | None) -> dict[str, Any]:
+    """What every checkpoint of a LoRA run records of it: its adapters (rank, alpha, dropout,
+    targets) and its base model (`base_model`); nothing for a full fine-tune."""
     lora = cfg.model.lora
     if lora.rank is None:
-        return None
-    return {"rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout, "targets": list(lora.targets)}
+        return {}
+    return {"lora": {"rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout, "targets": list(lora.targets)},
+            "base_model": base}
 
 
 def resume_refusal(train_state: TrainState, cfg: Config, base: dict[str, Any] | None) -> str | None:

@@ -18,8 +18,10 @@ the same rows, and their sums count once) and each rank runs the same number of 
 decoding steps, padding with rows that count for nothing. Under tensor parallelism the loss is
 taken from the vocabulary-sharded logits (`loss_parallel`), a decoded token from the last
 position's logits gathered whole, and the rows a prompt is decoded in are left-padded to a
-multiple of the TP degree (sequence parallelism splits them evenly). Evaluation is read-only: it runs under
-`torch.inference_mode`, draws no random numbers and leaves no state behind, so a run that
+multiple of the TP degree (sequence parallelism splits them evenly). Under pipeline parallelism
+each batch runs through the stages (a forward-only schedule of one micro-batch) and the loss is
+the last stage's; decoding is not built there (config-checked). Evaluation is read-only: it runs under
+`torch.no_grad`, draws no random numbers and leaves no state behind, so a run that
 evaluates is bit-identical to one that does not, and its resume stays exact.
 """
 
@@ -46,6 +48,7 @@ from resilient_slurm.data.chat.dataset import ChatData, EvalSample
 from resilient_slurm.data.tokens.token_data import TokenData
 from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
 from resilient_slurm.parallel.mesh import MeshPosition
+from resilient_slurm.parallel.pipeline import Stages
 
 
 @dataclass(frozen=True)
@@ -85,11 +88,12 @@ class EvalResult:
 class Evaluator:
     def __init__(self, cfg: Config, model: nn.Module, comm: Comm, data: ChatData | TokenData,
                  batch_size: int | None = None, metrics: Sequence[TaskMetric] | None = None,
-                 documents: bool = True, place: MeshPosition | None = None) -> None:
+                 documents: bool = True, place: MeshPosition | None = None, stages: Stages | None = None) -> None:
         """`batch_size`: rows per forward; None: data.micro_batch_size (the run passes the one it
         trains at, which a lack of device memory may have lowered). `documents`: as the trainer's
         StepRunner (False: each row is one causal sequence). `place`: this rank in the run's layout
-        (None: every rank a data-parallel rank of its own)."""
+        (None: every rank a data-parallel rank of its own); `stages`: the pipeline stages the forward
+        runs through (parallel.pp > 1; the validation loss only, config-checked)."""
         self.every = cfg.eval.every_steps
         self.max_steps = train_steps(cfg)
         self.batch = batch_size or cfg.data.micro_batch_size
@@ -98,6 +102,8 @@ class Evaluator:
         w, r = (place.dp_size, place.dp_rank) if place is not None else (comm.world_size, comm.rank)
         self.counts = place.counts_data if place is not None else True
         self.tp = place.layout.tp if place is not None else 1
+        self.stages = stages
+        self.schedule: Any = None
         # Named splits: a token mixture's, one per source; the chat data's one, unnamed.
         self.splits = data.val if isinstance(data, TokenData) else {"": data.val}
         if not any(rows.num_rows for rows in self.splits.values()):
@@ -114,7 +120,7 @@ class Evaluator:
     def due(self, step: int) -> bool:
         return self.every > 0 and (step % self.every == 0 or step == self.max_steps)
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: loss_parallel needs cross_entropy decomposed (decoder.py)
     def run(self, step: int | None = None) -> EvalResult:
         start = time.perf_counter()
         self.model.eval()
@@ -135,9 +141,11 @@ class Evaluator:
                                               data.decode, self.tp)
                     bar.update()
         bar.close()
-        # FSDP2 keeps the root's parameters gathered after a forward without a backward: shard them
-        # again, so the checkpoint and the optimizer see the sharded parameters.
-        if isinstance(self.model, FSDPModule):
+        # FSDP2 keeps the root's parameters gathered after a forward without a backward (every unit's
+        # under a pipeline): shard them again, so the checkpoint and the optimizer see the shards.
+        if self.stages:
+            self.stages.reshard()
+        elif isinstance(self.model, FSDPModule):
             self.model.reshard()
         counts = [float(sum(p.correct for p in judged[m.name])) for m in self.metrics]
         real = float(sum(s is not None for s in self.samples))
@@ -163,12 +171,26 @@ class Evaluator:
                 rows = val_rows[i : i + self.batch]
                 b = self.splits[name].batch([row if row is not None else 0 for row in rows]).to(self.comm.device)
                 labels = _mask_padding(b, rows)
-                logits = self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None)
-                loss_sum += float(token_loss_sum(logits, labels))
+                loss_sum += self._pipelined(b, labels) if self.stages else float(token_loss_sum(
+                    self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None), labels))
                 tokens += float((labels != IGNORE_INDEX).sum())
                 bar.update()
             sums += [loss_sum, tokens]
         return sums
+
+    def _pipelined(self, b: Batch, labels: torch.Tensor) -> float:
+        """The summed token loss of one batch through the pipeline: on the last stage; 0 elsewhere."""
+        assert self.stages is not None
+        st = self.stages
+        if self.schedule is None:
+            self.schedule = st.eval_schedule(token_loss_sum)
+        kwargs = {"position_ids": b.position_ids}
+        if self.documents:
+            kwargs["document_ids"] = b.document_ids
+        losses: list[torch.Tensor] = []
+        self.schedule.eval(*((b.input_ids,) if st.first else ()), target=labels if st.last else None,
+                           losses=losses, **kwargs)
+        return float(sum(losses)) if st.last else 0.0
 
 
 def _padded(mine: list, total: int, world: int, batch: int) -> list:

@@ -13,7 +13,10 @@ there. Agreement points (`OomGuard`), per FSDP2 unit:
   reduce-scatters the gradients);
 - at the end of the backward, before the root unit's final callback (the root's reduce-scatter);
 and `Trainer.step` adds one after the last micro-batch, before clipping; an error in the optimizer
-step is counted in the step's last all-reduce (the loss's). Cost: one all-reduce of one integer per
+step is counted in the step's last all-reduce (the loss's). Under tensor parallelism the modules
+whose styles communicate inside a unit (parallel/tp.py `communicating`: attention's and the MLP's
+input all-gathers, o_proj's, down_proj's and the embedding's reduce-scatters, the head's gather)
+get the same points, and one more between their compute and their output's collective. Cost: one all-reduce of one integer per
 point, three per unit and micro-batch (bench/oom_guard.py).
 
 Not agreed, so ordinary crashes as before: an error inside FSDP2's own hooks (its communication
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import gc
 import resource
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -91,20 +95,26 @@ class _AgreeInBackward(torch.autograd.Function):
 class OomGuard:
     """The agreement points of one model's FSDP2 units, and the cleanup after an abandoned step."""
 
-    def __init__(self, model: nn.Module, comm: Comm) -> None:
+    def __init__(self, model: nn.Module, comm: Comm, communicating: Sequence[nn.Module] = ()) -> None:
+        """`communicating`: modules that issue collectives of their own inside an FSDP2 unit
+        (tensor parallelism's), in their forward pre-hooks and forward hooks."""
         self.model = model
         self.comm = comm
         if not comm.distributed:
             return
         for module in model.modules():
-            if isinstance(module, FSDPModule):
+            if isinstance(module, FSDPModule) or any(module is c for c in communicating):
                 last = module is model
-                # Prepended: before FSDP2's own pre-hook, which all-gathers. Appended: after FSDP2
-                # wrapped the inputs for its post-backward and hooked the outputs for its pre-backward,
-                # so in the backward ours run first.
+                # Prepended: before FSDP2's own pre-hook, which all-gathers (and TP's input
+                # redistribution). Appended: after FSDP2 wrapped the inputs for its post-backward and
+                # hooked the outputs for its pre-backward (and TP's redistributions), so in the
+                # backward ours run first.
                 module.register_forward_pre_hook(self._before_unit, prepend=True)
                 module.register_forward_pre_hook(self._wrap_inputs, with_kwargs=True)
                 module.register_forward_hook(lambda m, a, out, last=last: self._wrap(out, last))
+        for module in communicating:
+            # Before the output's own collective (TP's forward hook: a reduce-scatter, the head's layout).
+            module.register_forward_hook(self._after_compute, prepend=True)
 
     def agree(self, ran_out: bool = False) -> None:
         """Count the ranks that ran out; raise PeerOutOfMemory on the others when any did."""
@@ -141,6 +151,10 @@ class OomGuard:
 
     def _before_unit(self, module: nn.Module, args: Any) -> None:
         if torch.is_grad_enabled():  # evaluation and inference run no backward and are not guarded
+            self.agree()
+
+    def _after_compute(self, module: nn.Module, args: Any, out: Any) -> None:
+        if torch.is_grad_enabled():
             self.agree()
 
     def _wrap_inputs(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:

@@ -28,10 +28,12 @@ from torch import nn
 from torch.distributed.tensor.parallel import loss_parallel
 
 from resilient_slurm.session.distributed import Comm
+from resilient_slurm.session.sections import StepSections
 from resilient_slurm.trainer.oom import OomGuard, PeerOutOfMemory, describe, inside_fsdp
 from resilient_slurm.data.batches import Batch
 from resilient_slurm.model.decoder import IGNORE_INDEX, token_loss_sum
 from resilient_slurm.parallel.clip import clip_grad_norm
+from resilient_slurm.parallel.tp import communicating
 from resilient_slurm.replica import sums
 from resilient_slurm.replica.engine import Replicas
 
@@ -70,13 +72,16 @@ class StepRunner:
         counts_data: bool = True,
         vocab_parallel: bool = False,
         replicas: Replicas | None = None,
+        guard: bool = True,
     ) -> None:
         """`documents`: rows hold several documents (the model keeps attention inside each); False:
         each row is one causal sequence, and the model takes the plain causal kernel. `counts_data`:
         this rank speaks for its data-parallel group in the world-wide sums of tokens and loss (the
         other tensor and pipeline ranks of the group hold the same rows: counted once).
         `vocab_parallel`: the model's logits are sharded on the vocabulary (tensor parallelism).
-        `replicas`: the live replica groups the step's sums span besides this process group."""
+        `replicas`: the live replica groups the step's sums span besides this process group.
+        `guard`: agree on running out of memory at every FSDP2 unit (trainer/oom.py); off where ranks
+        run different units (pipeline stages)."""
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -86,7 +91,9 @@ class StepRunner:
         self.counts_data = counts_data
         self.vocab_parallel = vocab_parallel
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.guard = OomGuard(model, comm)
+        self.guard = OomGuard(model, comm, communicating(model) if vocab_parallel else ()) if guard else None
+        self.sections = StepSections()
+        """Where the step's forward, backward and optimizer are timed (the heartbeat's, in the trainer)."""
         self.replicas = replicas
 
     def step(self, micro_batches: list[Batch], poison: bool = False,
@@ -100,8 +107,10 @@ class StepRunner:
         from a clean state; in the optimizer step the update may be half applied, and it cannot.
         """
         start = time.perf_counter()
-        local_targets = float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro_batches)) * self.counts_data
-        local_inputs = float(sum(b.input_ids.numel() for b in micro_batches)) * self.counts_data
+        local_targets, local_inputs = 0.0, 0.0
+        if self.counts_data:
+            local_targets = float(sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro_batches))
+            local_inputs = float(sum(b.labels.numel() for b in micro_batches))
         if self.replicas is None:
             global_tokens, global_inputs = self.comm.sum_floats([local_targets, local_inputs])
         else:
@@ -109,10 +118,38 @@ class StepRunner:
         compute_start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.train()
+        loss_sum = self._compute(micro_batches, max(global_tokens, 1.0), poison, progress)
+        compute_s = time.perf_counter() - compute_start
+        counted = float(loss_sum) * self.counts_data
+        if self.replicas is not None:
+            counted, stop = self._gradients_over_groups(counted, stop)
+        error: str | None = None
+        with self.sections.timed("optimizer"):
+            grad_norm = self._clip()
+            lr = self.optimizer.param_groups[0]["lr"]
+            try:
+                self.optimizer.step()
+            except torch.OutOfMemoryError as e:
+                error = describe(e)
+        # The loss's all-reduce also counts the ranks whose update ran out: no collective more.
+        total_loss, ran_out = self.comm.sum_floats([counted, 0.0 if error is None else 1.0])
+        if ran_out:
+            raise self._abandon_update(error)
+        self.scheduler.step()
+        return StepResult(
+            loss=total_loss / max(global_tokens, 1.0), grad_norm=grad_norm, lr=lr,
+            tokens=int(global_inputs), target_tokens=int(global_tokens), seconds=time.perf_counter() - start,
+            compute_s=compute_s, stop=stop,
+        )
+
+    def _compute(self, micro_batches: list[Batch], global_tokens: float, poison: bool,
+                 progress: Callable[[], None] | None) -> torch.Tensor:
+        """The step's forwards and backwards, agreed on running out of memory; the summed loss."""
+        assert self.guard is not None
         error: str | None = None
         peer = False
         try:
-            loss_sum = self._forward_backward(micro_batches, max(global_tokens, 1.0), poison, progress)
+            loss_sum = self._forward_backward(micro_batches, global_tokens, poison, progress)
             self.guard.agree()  # nobody ran out in the last backward's tail either: on to clipping
         except torch.OutOfMemoryError as e:
             if inside_fsdp(e):
@@ -125,27 +162,17 @@ class StepRunner:
                 self.replicas.abandon("out of device memory")
             # Out of the handler: the error's traceback, and the activations its frames hold, are gone.
             raise self.guard.abandon("forward/backward", error, agreed=False)
-        compute_s = time.perf_counter() - compute_start
-        counted = float(loss_sum) * self.counts_data
-        if self.replicas is not None:
-            counted, stop = self._gradients_over_groups(counted, stop)
+        return loss_sum
+
+    def _clip(self) -> float:
+        """Clip to the global gradient norm (over every shard) and return it."""
         max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
-        grad_norm = clip_grad_norm(self.params, max_norm)
-        lr = self.optimizer.param_groups[0]["lr"]
-        try:
-            self.optimizer.step()
-        except torch.OutOfMemoryError as e:
-            error = describe(e)
-        # The loss's all-reduce also counts the ranks whose update ran out: no collective more.
-        total_loss, ran_out = self.comm.sum_floats([counted, 0.0 if error is None else 1.0])
-        if ran_out:
-            raise self.guard.abandon("optimizer", error, agreed=True)
-        self.scheduler.step()
-        return StepResult(
-            loss=total_loss / max(global_tokens, 1.0), grad_norm=grad_norm, lr=lr,
-            tokens=int(global_inputs), target_tokens=int(global_tokens), seconds=time.perf_counter() - start,
-            compute_s=compute_s, stop=stop,
-        )
+        return clip_grad_norm(self.params, max_norm)
+
+    def _abandon_update(self, error: str | None) -> Exception:
+        """What every rank raises when some rank ran out of memory in the optimizer step."""
+        assert self.guard is not None
+        return self.guard.abandon("optimizer", error, agreed=True)
 
     def _counts_over_groups(self, targets: float, inputs: float) -> tuple[float, float]:
         """The global batch's token counts: this rank's summed over the groups, then over this group
@@ -182,9 +209,11 @@ class StepRunner:
 
     def _micro_batch(self, batch: Batch, global_tokens: float, poison: bool) -> torch.Tensor:
         b = batch.to(self.comm.device)
-        micro_loss = token_loss_sum(
-            self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None), b.labels)
+        with self.sections.timed("forward"):
+            micro_loss = token_loss_sum(
+                self.model(b.input_ids, b.position_ids, b.document_ids if self.documents else None), b.labels)
         if poison:
             micro_loss = micro_loss * float("nan")
-        (micro_loss / global_tokens).backward()
+        with self.sections.timed("backward"):
+            (micro_loss / global_tokens).backward()
         return micro_loss.detach().double().cpu()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import torch
 
 from resilient_slurm import ledger
 from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.load import Restored
+from resilient_slurm.checkpoint.state import reseed_rng
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config, train_steps
 from resilient_slurm.data.batches import Batch
@@ -37,12 +40,16 @@ from resilient_slurm.session.distributed import Comm
 from resilient_slurm.config.parallel import resolve
 from resilient_slurm.errors import InputError
 from resilient_slurm.parallel.mesh import ParallelMesh
+from resilient_slurm.replica.sentinel import Sentinel
 from resilient_slurm.trainer.evaluation import Evaluator
 from resilient_slurm.trainer.faults import FaultInjector
 from resilient_slurm.trainer.oom import StepOutOfMemory, rss_bytes
 from resilient_slurm.trainer.optim import apply_hyperparameters, build_optimizer, build_scheduler
-from resilient_slurm.session.session import Session, StepSync
+from resilient_slurm.session.resume import Registered
+from resilient_slurm.session.session import Session
+from resilient_slurm.session.step_sync import StepSync
 from resilient_slurm.process.signals import StopRequest
+from resilient_slurm.trainer.pipeline_step import PipelineStepRunner
 from resilient_slurm.trainer.replicated import ReplicaSteps, open_replicas
 from resilient_slurm.trainer.step import NotCommitted, StepResult, StepRunner
 from resilient_slurm.replica import heal
@@ -89,21 +96,33 @@ class Trainer:
         self.pipeline = open_pipeline(cfg, run_dir, comm, group * place.dp_size + place.dp_rank, groups * place.dp_size)
         self.steps = train_steps(cfg)
         """The run's length: train.max_steps, or the steps train.max_tokens takes."""
-        self.model = build.build_model(cfg, comm, self.mesh)
+        self.stages = build.build_pipeline(cfg, comm, self.mesh) if laid_out.pp > 1 else None
+        """This rank's pipeline stages (parallel.pp > 1); `model` is then one module over them."""
+        self.model = self.stages.view if self.stages else build.build_model(cfg, comm, self.mesh)
+        self.parameter_counts = self.stages.count_parameters() if self.stages else (
+            num_parameters(self.model), sum(p.numel() for p in self.model.parameters() if p.requires_grad))
+        """The whole model's parameters, and those trained."""
         self.base = build.base_model(cfg)
         """A LoRA run's base model (path, identity): recorded in its checkpoints, checked on resume."""
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.steps)
         self.replicas: Replicas | None = None if replica is None else open_replicas(
             cfg, comm, replica, (self._heal_payload, self._heal))
-        self.runner = StepRunner(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
-                                 documents=self.pipeline.documents, counts_data=place.counts_data,
-                                 vocab_parallel=self.mesh.tp is not None, replicas=self.replicas)
+        tp = self.mesh.tp is not None
+        self.runner = PipelineStepRunner(self.stages, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
+                                         documents=self.pipeline.documents, counts_data=place.counts_data,
+                                         vocab_parallel=tp) \
+            if self.stages else StepRunner(self.model, self.optimizer, self.scheduler, comm, cfg.optim.grad_clip,
+                                           documents=self.pipeline.documents, counts_data=place.counts_data,
+                                           vocab_parallel=tp, replicas=self.replicas)
         self.sampler = self.pipeline.sampler
-        self.session = Session(cfg, run_dir, comm, stop, events, model=self.model, optimizer=self.optimizer,
-                               scheduler=self.scheduler, train_fields=self._train_fields,
+        # The pipeline is the data position, registered as a user's loop registers its own.
+        self.session = Session(cfg, run_dir, comm, stop, events,
+                               Registered(self.model, self.optimizer, self.scheduler, self.pipeline),
+                               stamp=build.lora_stamp(cfg, self.base), total_steps=self.steps,
                                refusal=lambda ts: build.resume_refusal(ts, cfg, self.base),
                                reinitialise=self._reinitialise, on_hang=on_hang)
+        self.runner.sections = self.session.sections  # the step's sections go with its heartbeat
         history = read_events(self.session.paths.events)
         self.rollbacks = len(ledger.select(history, ledger.Rollback))
         # A micro-batch lowered after running out of memory holds for the rest of the run.
@@ -112,11 +131,14 @@ class Trainer:
         self.faults = FaultInjector(cfg.fault, comm.rank, hung_before=bool(ledger.select(history, ledger.Hang)),
                                     configured_micro_batch=cfg.data.micro_batch_size,
                                     cuda_error_before=any("fault.cuda_error_at_step" in c.details.error
-                                                          for c in ledger.select(history, ledger.Crash)))
+                                                          for c in ledger.select(history, ledger.Crash)),
+                                    sdc_before=bool(ledger.select(history, ledger.Sdc)))
         self.faults.attach(self.model)
+        replicate = self.mesh.mesh["dp_replicate"].get_group() if "dp_replicate" in self.mesh.dims else None
+        self.sentinel = Sentinel(cfg, comm, laid_out, replicate, self.model, self.optimizer, events, stop)
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.evaluator = Evaluator(cfg, self.model, comm, self.pipeline.data, self.sampler.micro_batch_size,
-                                   documents=self.pipeline.documents, place=place)
+                                   documents=self.pipeline.documents, place=place, stages=self.stages)
         self.benchmarks = SideEvaluations(cfg, run_dir, events, comm.rank)
         self.gave_up: str | None = None
         self.replicated = None if self.replicas is None else ReplicaSteps(
@@ -129,7 +151,7 @@ class Trainer:
 
     @property
     def step(self) -> int:
-        return self.session.progress.step
+        return self.session.step
 
     def run(self) -> ExitCode:
         cfg, comm, s = self.cfg, self.comm, self.session
@@ -138,6 +160,7 @@ class Trainer:
         s.start(data=self.pipeline.record())
         if s.speaks:
             self.events.emit(self.pipeline.ready(), 0)
+        self._seed()
         if comm.replica is None or not comm.replica.heal:  # a replacement group heals from a live one instead
             restored = s.resume()
             if restored is not None:
@@ -162,9 +185,12 @@ class Trainer:
                  "per data-parallel rank per step", lay.world_size, lay.describe(), g, seq, g * seq, s.accumulation,
                  s.micro_batch_size)
         log.info("data: %s", self.pipeline.summary())
+        if self.stages:
+            log.info("pipeline: %s schedule, %d stage(s); this rank runs stage(s) %s", cfg.parallel.pp_schedule,
+                     self.stages.num_stages, ", ".join(map(str, self.stages.indices)))
         log.info("model %s: %.2fM parameters (%.3gM trained), %d rank(s), global batch %d x %d tokens, "
-                 "micro-batch %d%s", cfg.model.name, num_parameters(self.model) / 1e6,
-                 sum(p.numel() for p in self.model.parameters() if p.requires_grad) / 1e6, self.comm.world_size,
+                 "micro-batch %d%s", cfg.model.name, self.parameter_counts[0] / 1e6,
+                 self.parameter_counts[1] / 1e6, self.comm.world_size,
                  cfg.data.global_batch_size, cfg.data.seq_len, s.micro_batch_size,
                  "" if s.micro_batch_size == cfg.data.micro_batch_size else
                  f" (data.micro_batch_size={cfg.data.micro_batch_size} ran out of memory earlier in the run)")
@@ -183,11 +209,15 @@ class Trainer:
         if done is None:
             return StepOutcome(ExitCode.GAVE_UP)
         step, result, start, wait, position = done.step, done.result, done.start, done.wait, done.position
+        self.faults.after_update(step, self.model)
+        self.sentinel.check(step)
         step_s = time.perf_counter() - start
+        self._log(step, result, step_s, wait, position)  # before the sync: it carries the replay's verdict
         synced = s.sync(step, done.before_train - start + result.compute_s, wait,
                         stop=None if self.replicated is None else result.stop)
         s.advance(step, result.tokens, step_s)
-        self._log(step, result, step_s, wait, position)
+        if synced.replay_mismatch:
+            return self._replay_fallback(step)
         s.commit()  # a background save may have committed since the last step
         if self.monitor:
             outcome = self._judge(self._observe(step, result, step_s, synced))
@@ -203,12 +233,14 @@ class Trainer:
         """The next step on this process group's ranks alone; None: it cannot be done (out of memory)."""
         step = self.step + 1
         start = time.perf_counter()
-        position = self.sampler.state.samples_consumed
-        batch = self.sampler.next_batch()
+        position = self.pipeline.position
+        with self.session.sections.timed("data"):
+            batch = self.sampler.next_batch()
         wait = time.perf_counter() - start
         self.faults.before_step(step, self.sampler.micro_batch_size)
         poison = self.faults.poisons(step, position, self.cfg.data.global_batch_size)
         before_train = time.perf_counter()
+        self.sentinel.arm(step)
         result = self._train(step, position, batch, poison)
         return None if result is None else Computed(step, result, start, before_train, wait, position)
 
@@ -220,15 +252,15 @@ class Trainer:
             self.replicated.quorum()
             step = self.step + 1
             start = time.perf_counter()
-            position = self.sampler.state.samples_consumed
+            position = self.pipeline.position
             batch = self.replicated.batch(self.sampler, position)
             wait = time.perf_counter() - start
             self.faults.before_step(step, self.sampler.micro_batch_size)
             poison = self.faults.poisons(step, position, self.cfg.data.global_batch_size)
             before_train = time.perf_counter()
             try:
-                result = self.runner.step(batch, poison=poison, stop=self.session.stop.requested,
-                                          progress=lambda: self.session.heartbeat.beat(step, "micro_batch"))
+                result = self.runner.step(batch, poison=poison, stop=self.session.stop_requested,
+                                          progress=lambda: self.session.beat(step, "micro_batch"))
             except NotCommitted as e:
                 log.warning("step %d dropped: %s; doing it again", step, e)
                 continue
@@ -241,7 +273,7 @@ class Trainer:
             return Computed(step, result, start, before_train, wait, position)
 
     def _heal_payload(self) -> dict[str, Any]:
-        return heal.payload(self.session.snapshot("heal"))
+        return heal.payload(self.session.heal_snapshot())
 
     def _heal(self, received: dict[str, Any]) -> None:
         """A live group's state, into this group's objects (a replacement's first quorum)."""
@@ -253,16 +285,16 @@ class Trainer:
         """`eval.harness`: the checkpoint of `step` is evaluated by a job of its own while training
         goes on; the save is made here (every rank) when no policy made one at this step."""
         s = self.session
-        if s.checkpointer.clock.last_save_step != step:
+        if not s.saved(step):
             s.save(step, "eval")
-        self.benchmarks.launch(step, s.checkpointer.root)
+        self.benchmarks.launch(step, s.checkpoint_root)
 
     def _observe(self, step: int, result: StepResult, step_s: float, synced: StepSync) -> list[Finding]:
         assert self.monitor is not None
         every = self.cfg.monitor.rss_every_steps
         return self.monitor.observe(Observation(
             step, result.loss, result.grad_norm, result.tokens / step_s, self.cfg.data.global_batch_size / step_s,
-            synced.compute_s, synced.wait_s, dict(self.session.gpu.latest),
+            synced.compute_s, synced.wait_s, self.session.gpu,
             rss_bytes() / 2**20 if every and step % every == 0 else None))
 
     def _train(self, step: int, position: int, batch: list[Batch], poison: bool) -> StepResult | None:
@@ -270,8 +302,7 @@ class Trainer:
         memory and a smaller one can help. None: it cannot, and the run gives up."""
         while True:
             try:
-                return self.runner.step(batch, poison=poison, progress=lambda: self.session.heartbeat.beat(
-                    step, "micro_batch"))
+                return self.runner.step(batch, poison=poison, progress=lambda: self.session.beat(step, "micro_batch"))
             except StepOutOfMemory as oom:
                 if not self._out_of_memory(step, oom):
                     return None
@@ -327,39 +358,48 @@ class Trainer:
             return StepOutcome(ExitCode.GAVE_UP)
         return StepOutcome()
 
+    def _replay_fallback(self, step: int) -> StepOutcome:
+        """A step recomputed after the restart differs from its value before the failure: the copy
+        that served is set aside and the next one loaded, here in the process (session/replay.py);
+        the replay then goes on comparing from there."""
+        fell_back, restored = self.session.replay_fallback(step)
+        if not fell_back:
+            return StepOutcome()
+        self._back_to(restored)
+        return StepOutcome(rolled_back=True)
+
+    def _back_to(self, restored: Restored | None) -> None:
+        """After the session loaded a checkpoint (the data position with it, when it has one), or
+        went back to a fresh start (None): the data's, and the generators' seeds."""
+        if restored is None:
+            self.pipeline.reset()
+            self._seed()
+        else:
+            self._restore(restored.train_state)
+
     def _rollback(self, anomaly_step: int, reason: str) -> None:
         """Back to the newest checkpoint before the anomaly, past the data window that led to it."""
-        cfg, comm, s = self.cfg, self.comm, self.session
-        restored = s.load_newest(before_step=anomaly_step)
-        if restored is None:
-            s.progress.step = s.progress.tokens_seen = 0
-            s.progress.train_seconds = 0.0
-            self.pipeline.restore(None)
-        else:
-            s.progress.step = restored.train_state.step
-            s.progress.tokens_seen, s.progress.train_seconds = restored.train_state.tokens_seen, \
-                restored.train_state.train_seconds
-            self._restore(restored.train_state)
+        cfg, comm = self.cfg, self.comm
+        restored = self.session.rollback(anomaly_step)
+        self._back_to(restored)
         checkpoint = str(restored.path) if restored else None
         self.rollbacks += 1
         g = cfg.data.global_batch_size
         restored_step = self.step
         skip = max(cfg.monitor.rollback_skip_batches, anomaly_step - restored_step)
-        first = self.sampler.state.samples_consumed
-        self.sampler.state.samples_consumed = first + skip * g
+        first, skipped = self.pipeline.skip(skip)
         if cfg.monitor.rollback_lr_factor != 1.0:
             # The scheduler's base LRs are saved with every checkpoint, so the lower LR persists.
             self.scheduler.base_lrs = [lr * cfg.monitor.rollback_lr_factor for lr in self.scheduler.base_lrs]
             for group in self.optimizer.param_groups:
                 group["lr"] *= cfg.monitor.rollback_lr_factor
-        s.rewind(restored_step)
         if self.replicas is not None:  # every group rolled back alike (the findings are the same everywhere)
             self.replicas.set_step(restored_step)
         if self.writes:
             self.events.emit(ledger.Rollback(
                 reason=reason, anomaly_step=anomaly_step, checkpoint=checkpoint,
                 skipped_batches=skip, skipped_positions=[first, first + skip * g],
-                skipped_samples=self.sampler.stream.indices(first, skip * g), lr_scale=cfg.monitor.rollback_lr_factor,
+                skipped_samples=skipped, lr_scale=cfg.monitor.rollback_lr_factor,
             ), restored_step)
             log.warning("rolled back from step %d to %d, skipping %d batches: %s", anomaly_step, restored_step,
                         skip, reason)
@@ -371,29 +411,24 @@ class Trainer:
         self.scheduler.load_state_dict(
             build_scheduler(self.optimizer, self.cfg.optim, self.steps).state_dict())
 
+    def _seed(self) -> None:
+        """The trainer's own seeding, at a fresh start: every generator, differently on each rank,
+        from train.seed (a resume then restores each rank's saved states)."""
+        reseed_rng(zlib.crc32(f"{self.cfg.train.seed}:{self.comm.rank}".encode()))
+
     def _restore(self, ts: TrainState) -> None:
-        for event in self.pipeline.restore(ts):
+        """After the session restored the checkpoint (the data position with it): what it began, and
+        the run's own hyperparameters."""
+        for event in self.pipeline.take_events():
             if self.session.speaks:
                 self.events.emit(event, ts.step)
-        if ts.config_hash != self.session.identity["config_hash"]:
+        if ts.config_hash != self.session.config_hash:
             # Saved before a recorded config change (launch.prepare.AllowedChange), or by another run (a PBT
             # member's copied checkpoint): the run's own hyperparameters win over the restored ones.
             apply_hyperparameters(self.optimizer, self.scheduler, self.cfg.optim)
 
-    def _train_fields(self) -> dict[str, Any]:
-        """What train_state.json holds of this trainer: the data position and the batch it was cut into."""
-        fields: dict[str, Any] = {
-            "epoch": self.sampler.epoch, "samples_consumed": self.sampler.state.samples_consumed,
-            "global_batch_size": self.cfg.data.global_batch_size, "micro_batch_size": self.sampler.micro_batch_size,
-            **self.pipeline.position(),
-        }
-        lora = build.lora_record(self.cfg)
-        if lora is not None:
-            fields.update(lora=lora, base_model=self.base)
-        return fields
-
     def _log(self, step: int, r: StepResult, step_s: float, wait_s: float, position: int) -> None:
-        data_row, crossed = self.pipeline.advanced(position, self.sampler.state.samples_consumed)
+        data_row, crossed = self.pipeline.advanced(position, self.pipeline.position)
         if self.writes:
             for event in crossed:
                 self.events.emit(event, step)
@@ -401,23 +436,20 @@ class Trainer:
             "epoch": self.sampler.epoch, "loss": r.loss, "lr": r.lr, "grad_norm": r.grad_norm,
             "tokens": r.tokens, "tokens_per_s": r.tokens / step_s,
             "samples_per_s": self.cfg.data.global_batch_size / step_s, "step_seconds": step_s,
-            "data_wait_s": wait_s, **data_row, **{f"gpu_{k}": v for k, v in self.session.gpu.latest.items()},
+            "data_wait_s": wait_s, **data_row, **{f"gpu_{k}": v for k, v in self.session.gpu.items()},
         }
         if self.replicated is not None:
             row["replica_missing"] = self.replicated.missing  # the report counts these steps as degraded
         if self.evaluator.due(step):
             self.session.announce("eval")
             row.update(self._evaluate(step))
-        self.session.log(step, row)
-        if self.comm.rank == 0 and (step % self.cfg.train.log_every_steps == 0 or step == 1):
-            log.info("step %d/%d | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s",
-                     step, self.steps, r.loss, r.lr, r.grad_norm, r.tokens / step_s)
+        self.session.log(step, row)  # and the step line, at train.log_every_steps
 
     def _evaluate(self, step: int) -> dict[str, Any]:
         """Every rank evaluates its share; rank 0 gets the totals and the sample predictions."""
         result = self.evaluator.run(step)
         for metric, predictions in result.predictions.items():
-            self.session.tracker.log(step, {f"eval/{metric}_predictions": Table(
+            self.session.track(step, {f"eval/{metric}_predictions": Table(
                 ["step", "prompt", "target", "prediction", "correct"],
                 [[step, q.prompt, q.target, q.prediction, q.correct] for q in predictions],
             )})
@@ -429,7 +461,7 @@ class Trainer:
     def _export(self) -> None:
         """Rank 0 writes the finished model to `hf/` from the final checkpoint, streaming: in Hugging
         Face layout (bf16), or a LoRA run's PEFT adapter (fp32); a finish that runs again replaces it."""
-        path = self.session.checkpointer.root / layout.step_dir_name(self.step)
+        path = self.session.checkpoint_root / layout.step_dir_name(self.step)
         if not self.writes or not (path / layout.MANIFEST).is_file():
             return
         out = self.session.paths.hf
@@ -448,6 +480,6 @@ class Trainer:
         step, s = self.step, self.session
         s.save(step, "pause")
         if self.writes:
-            self.events.emit(ledger.Paused(saved=s.checkpointer.committed_step == step), step)
+            self.events.emit(ledger.Paused(saved=s.committed_step == step), step)
             log.info("paused at step %d (train.pause_at_step); launch again to continue", step)
         return ExitCode.RESUME

@@ -18,7 +18,7 @@ from resilient_slurm.data.chat.dataset import cache_root, open_chat_data
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind
 from resilient_slurm.model.decoder import token_loss_sum
-from resilient_slurm.model.families import FAMILIES
+from resilient_slurm.config.families import FAMILIES
 from resilient_slurm.rundir.identity import load_config
 from tests.hf_families import load_theirs, make_family_model
 from tests.integration.runs import assert_bit_identical, events, final_tensors, finish, interrupt, launch

@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from resilient_slurm.checkpoint.chunks import whole
 from resilient_slurm.checkpoint.reader import Reader, read_json, saved_tensors
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
@@ -95,7 +96,7 @@ def ours(rdir):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if is_adapter(name):
-                reader.add(name, saved[name], p.data, 0)
+                reader.add(name, saved[name], p.data, whole(saved[name].shape))
             else:
                 held = torch.empty(p.shape, dtype=torch.bfloat16)
                 weights.read_rows(name, 0, p.shape[0], held)

@@ -83,8 +83,8 @@ def _worker(rank: int, port: int) -> None:
     clean_weights = weights()
 
     once = _Once()
-    layer1 = model.model.layers[1]
-    layer0_mlp = model.model.layers[0].mlp
+    layer1 = model.model.layers["1"]
+    layer0_mlp = model.model.layers["0"].mlp
     # Where the CUDA allocator would raise: a layer's forward after FSDP2 gathered its weights; a
     # layer's backward (before its reduce-scatter); the embedding's gradient (the backward's last
     # compute, before the root's reduce-scatter in FSDP2's final callback); the optimizer's update.

@@ -76,7 +76,7 @@ def test_an_oom_is_redone_at_half_the_micro_batch_with_the_same_losses_and_a_res
     assert resume.details.checkpoint.endswith("step_00000004")  # before the OOM: step 6 ran again, at 1
     assert "micro-batch 1 (data.micro_batch_size=2 ran out of memory earlier in the run)" in out
     state = json.loads((rdir / "checkpoints" / "step_00000016" / "train_state.json").read_text())
-    assert state["micro_batch_size"] == 1
+    assert state["data_state"]["micro_batch_size"] == 1
 
     want, got = losses(run_dir(runs.root, "ref")), losses(rdir)
     assert sorted(got) == list(range(1, 17))

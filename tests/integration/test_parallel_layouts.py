@@ -4,7 +4,9 @@ model `transformers` wrote (`save_pretrained`); every rank fills its box of ever
 files, trains two steps of the same global batch (packed rows of two documents, prompt tokens
 without loss, two micro-batches per data-parallel rank at dp 4), and the losses and gradient norms
 equal the single-rank run's. A LoRA run (Qwen2: adapters beside q/k/v biases, on attention and MLP)
-does the same at dp 2 x tp 2. All layouts run in one group of 4 processes (one start for all)."""
+does the same at dp 2 x tp 2. At each layout, rank 0's parameters, gradients, AdamW state and the
+activations one micro-batch saves (tests/memory_probe.py) are within 10% of `launch --plan`'s
+estimate (parallel/estimate.py). All layouts run in one group of 4 processes (one start for all)."""
 
 import json
 
@@ -15,12 +17,14 @@ import torch.multiprocessing as mp
 from resilient_slurm.config import Config, Layout, ModelConfig
 from resilient_slurm.data.batches import Batch, rank_micro_batches
 from resilient_slurm.model.pretrained import apply_pretrained
+from resilient_slurm.parallel import estimate
 from resilient_slurm.parallel.mesh import ParallelMesh
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.trainer import build
 from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
 from resilient_slurm.trainer.step import StepRunner
 from tests.hf_families import make_family_model
+from tests.memory_probe import saved_bytes, static_bytes
 from tests.ports import free_port
 from tests.single_rank import one_rank
 
@@ -54,8 +58,9 @@ def config(directory: str, lora: list[str] | None = None) -> Config:
     return cfg
 
 
-def train(cfg: Config, comm: Comm, lay: Layout) -> list[dict]:
-    """STEPS steps of the global batch at `lay`; each step's loss and gradient norm."""
+def train(cfg: Config, comm: Comm, lay: Layout) -> dict:
+    """STEPS steps of the global batch at `lay`: each step's loss and gradient norm; then what the
+    rank holds and what one micro-batch saves, measured and estimated."""
     mesh = ParallelMesh(lay, "cpu", comm.rank)
     model = build.build_model(cfg, comm, mesh)
     optimizer = build_optimizer(model, cfg.optim)
@@ -64,12 +69,18 @@ def train(cfg: Config, comm: Comm, lay: Layout) -> list[dict]:
     rows = global_batch()
     pos = mesh.position
     chunks = rank_micro_batches(list(range(ROWS)), MICRO, pos.dp_size, pos.dp_rank, ROWS // (MICRO * pos.dp_size))
-    out = []
+    micro_batches = [Batch(*(t[c] for t in (rows.input_ids, rows.labels, rows.position_ids, rows.document_ids)))
+                     for c in chunks]
+    steps = []
     for _ in range(STEPS):
-        r = runner.step([Batch(*(t[c] for t in (rows.input_ids, rows.labels, rows.position_ids, rows.document_ids)))
-                         for c in chunks])
-        out.append({"loss": r.loss, "grad_norm": r.grad_norm})
-    return out
+        r = runner.step(micro_batches)
+        steps.append({"loss": r.loss, "grad_norm": r.grad_norm})
+    held, plan = static_bytes(model, optimizer), estimate.static_bytes(cfg.model, lay)
+    act = estimate.activation_bytes(cfg.model, lay, SEQ, MICRO, documents=True)
+    memory = {"parameters": (held.params, plan.params), "gradients": (held.grads, plan.grads),
+              "AdamW state": (held.optimizer, plan.optimizer),
+              "activations": (saved_bytes(model, micro_batches[0], mesh.tp is not None), act.total(False))}
+    return {"steps": steps, "memory": memory}
 
 
 def _worker(rank: int, port: int, dirs: dict[str, str], out: str) -> None:
@@ -99,8 +110,8 @@ def runs(tmp_path_factory):
     return got, ref
 
 
-def _assert_same(got: list[dict], ref: list[dict], what: str) -> None:
-    for step, (g, r) in enumerate(zip(got, ref), 1):
+def _assert_same(got: dict, ref: dict, what: str) -> None:
+    for step, (g, r) in enumerate(zip(got["steps"], ref["steps"]), 1):
         assert g["loss"] == pytest.approx(r["loss"], rel=1e-5), f"{what}: step {step} loss"
         assert g["grad_norm"] == pytest.approx(r["grad_norm"], rel=1e-5), f"{what}: step {step} gradient norm"
 
@@ -108,9 +119,18 @@ def _assert_same(got: list[dict], ref: list[dict], what: str) -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_family_trains_the_same_steps_at_every_layout_of_four_ranks(runs, family):
     got, ref = runs
-    assert ref[family][0]["loss"] != ref[family][1]["loss"]  # the second step trained on updated weights
+    assert ref[family]["steps"][0]["loss"] != ref[family]["steps"][1]["loss"]  # the second step saw new weights
     for name in LAYOUTS:
         _assert_same(got[f"{family}/{name}"], ref[family], f"{family} at {name}")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_plans_memory_is_within_ten_percent_of_what_each_layout_holds(runs, family):
+    got, _ = runs
+    for name in LAYOUTS:
+        for what, (measured, estimated) in got[f"{family}/{name}"]["memory"].items():
+            assert abs(estimated - measured) <= 0.10 * measured, \
+                f"{family} at {name}: {what} estimated {estimated:.0f} B, measured {measured:.0f} B"
 
 
 def test_lora_adapters_sharded_like_their_base_train_the_same_steps_under_tensor_parallelism(runs):

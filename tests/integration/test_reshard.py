@@ -58,8 +58,8 @@ def test_resume_on_another_world_size_keeps_global_batch_and_data_order(tmp_path
     assert resumed_after
     for ckpt in resumed_after:
         state = json.loads((ckpt / "train_state.json").read_text())
-        assert state["samples_consumed"] == state["step"] * GLOBAL_BATCH
-        assert state["world_size"] == after and state["global_batch_size"] == GLOBAL_BATCH
+        assert state["data_state"]["samples_consumed"] == state["step"] * GLOBAL_BATCH
+        assert state["world_size"] == after and state["data_state"]["global_batch_size"] == GLOBAL_BATCH
 
     # Same batches in the same order: each step's loss matches the uninterrupted run's.
     got = metrics(rdir)

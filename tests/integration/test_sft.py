@@ -74,6 +74,7 @@ def test_a_pretrained_model_fine_tuned_on_two_ranks_exports_a_model_transformers
 
 def _full(ckpt, name):
     """A model tensor whole, from the ranks' pieces (as the export reads it)."""
+    from resilient_slurm.checkpoint.chunks import whole
     from resilient_slurm.checkpoint.reader import Reader, read_json, saved_tensors
     from resilient_slurm.checkpoint.verify import verify
 
@@ -82,6 +83,6 @@ def _full(ckpt, name):
     saved = saved_tensors(ckpt, "model", manifest, docs)[name]
     out = torch.empty(saved.shape, dtype=saved.dtype)
     reader = Reader(ckpt, manifest, 2)
-    reader.add(name, saved, out, 0)
+    reader.add(name, saved, out, whole(saved.shape))
     reader.run()
     return out

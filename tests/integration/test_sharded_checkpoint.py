@@ -1,11 +1,14 @@
 """Sharded checkpoints across world sizes, in real processes (gloo): N FSDP2 ranks each write only
 their own rows; M ranks then restore exactly the saved model and optimizer values, each reading only
-the byte ranges of its rows. 2 -> 1, 1 -> 2 and 2 -> 4."""
+the byte ranges of its rows. 2 -> 1, 1 -> 2 and 2 -> 4. And `model.dcp`: a run's initial weights
+from a torch.distributed.checkpoint directory under torchtitan's names, read at FSDP(2)."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 
 from resilient_slurm.checkpoint.load import load_into
@@ -17,9 +20,11 @@ from resilient_slurm.config import Config, ModelConfig
 from resilient_slurm.parallel import fsdp
 from resilient_slurm.session.distributed import Comm, RankInfo
 from resilient_slurm.trainer.optim import build_optimizer, build_scheduler
-from resilient_slurm.model.decoder import token_loss_sum
+from resilient_slurm.model.decoder import plain_model, token_loss_sum
+from resilient_slurm.trainer import build
 from tests.ports import free_port
 from tests.sharded_reference import assert_holds_reference_rows, write_reference
+from tests.torchtitan_names import titan_state
 
 pytestmark = pytest.mark.slow
 
@@ -76,3 +81,22 @@ def test_a_checkpoint_of_n_ranks_restores_the_exact_values_on_m(tmp_path, saved,
     written = sorted(p.name for p in (tmp_path / "step_00000002").glob("model*.safetensors"))
     assert len(written) == saved  # each rank wrote its own rows, no gather to rank 0
     _run(_load, loaded, tmp_path)
+
+
+def _from_dcp(rank: int, world: int, port: int, root: str) -> None:
+    torch.set_num_threads(1)
+    comm = Comm(RankInfo(rank, world, rank, "127.0.0.1", port))
+    cfg = Config(model=dataclasses.replace(MODEL, dcp=str(Path(root) / "dcp")))
+    model = fsdp.build_model(MODEL, comm.mesh, comm.device)
+    build.fill_initial(model, cfg)
+    want = plain_model(MODEL, seed=3).state_dict()
+    for name, p in model.named_parameters():
+        # q_proj's 258 rows split 129/129 over the ranks: the cut falls inside a head of 86 rows.
+        assert torch.equal(p.full_tensor(), want[name]), name
+    comm.close()
+
+
+def test_model_dcp_starts_a_sharded_run_from_torchtitan_weights(tmp_path):
+    weights = titan_state(plain_model(MODEL, seed=3).state_dict(), MODEL.num_heads, MODEL.num_kv_heads)
+    dcp.save(weights, storage_writer=dcp.FileSystemWriter(str(tmp_path / "dcp")), no_dist=True)
+    _run(_from_dcp, 2, tmp_path)

@@ -58,7 +58,7 @@ def test_pretraining_replaced_on_a_spare_then_requeued_ends_bit_identical(idle_c
 
 def position(train_state: Path) -> dict:
     """The data position, each source's file by its name (the two runs' corpora are cached apart)."""
-    data = json.loads(train_state.read_text())["data"]
+    data = json.loads(train_state.read_text())["data_state"]["mixture"]
     for source in data["sources"].values():
         source["file"] = Path(source["file"]).name
     return data

@@ -5,9 +5,11 @@ from hydra import compose, initialize_config_dir
 
 from resilient_slurm.config import (
     Config,
+    Layout,
     ConfigError,
     explicit_keys,
     flatten,
+    layout,
     register_schema,
     to_config,
     to_dict,
@@ -35,6 +37,21 @@ def test_experiments_compose_and_validate(experiment, pretrained):
     extra = [] if experiment == "tiny_sft" else [f"model.pretrained={pretrained}", "data.path=chat.jsonl"]
     cfg = to_config(composed(f"+experiment={experiment}", *extra), resolve_model=apply_pretrained)
     assert cfg.run.experiment == experiment
+
+
+def test_the_pretraining_recipes_lay_out_their_clusters():
+    seed = to_config(composed("+experiment=llama70b_pretrain", "data.tokenizer=/models/llama3",
+                              "data.sources=[{name:web,path:/data/tok/web,weight:1}]"))
+    assert (seed.cluster.kind, seed.cluster.nodes, seed.cluster.tasks_per_node) == ("slurm", 1250, 8)
+    assert layout(seed) == Layout(dp_replicate=125, dp_shard=10, tp=8, pp=1)
+    assert seed.data.global_batch_size * seed.data.seq_len == 20_480_000
+    # --plan reads no data: without its location the recipe still composes for a plan, not for a run
+    assert layout(to_config(composed("+experiment=llama70b_pretrain"), data_location=False)) == layout(seed)
+    with pytest.raises(ConfigError, match=r"^data.tokenizer: \+experiment=llama70b_pretrain needs it"):
+        to_config(composed("+experiment=llama70b_pretrain"))
+    eight = to_config(composed("+experiment=llama8b_pretrain", "model.config=/models/llama3", "model.max_seq_len=8192",
+                               "data.sources=[{name:web,path:/data/tok/web,weight:1}]"), data_location=False)
+    assert layout(eight) == Layout(dp_replicate=4, dp_shard=8, tp=1, pp=1)
 
 
 @pytest.mark.parametrize("experiment", ["sft", "llama8b_sft"])
@@ -206,6 +223,21 @@ def test_bad_lora_values_give_one_line_naming_the_key_and_the_fix(override, key,
     assert message.startswith(key) and "\n" not in message and fix in message
 
 
+def test_an_n_d_run_shrinks_only_to_node_counts_its_fixed_degrees_divide():
+    # tp 2 inside nodes of 2 ranks: a lost node takes its whole TP group; dp_shard takes what is left.
+    ok = to_config(composed("+experiment=tiny_sft", "cluster=slurm", "cluster.nodes=4", "cluster.tasks_per_node=2",
+                            "cluster.elastic.min_nodes=2", "parallel.tp=2", "data.global_batch_size=12",
+                            "data.micro_batch_size=1"))
+    assert ok.parallel.tp == 2
+    # 2 replicas x tp 2 need 4 ranks per replica pair: 3 nodes (6 ranks) cannot hold them.
+    with pytest.raises(ConfigError, match=r"^cluster.elastic.min_nodes: at 3 node\(s\), which the run may shrink to, "
+                                          r"parallel: dp_replicate\*tp\*pp = 2\*2\*1 = 4 does not divide the 6 "
+                                          r"rank\(s\)"):
+        to_config(composed("+experiment=tiny_sft", "cluster=slurm", "cluster.nodes=4", "cluster.tasks_per_node=2",
+                           "cluster.elastic.min_nodes=2", "parallel.tp=2", "parallel.dp_replicate=2",
+                           "data.global_batch_size=12", "data.micro_batch_size=1"))
+
+
 def test_spare_nodes_and_elastic_shrinking():
     ok = to_config(composed("+experiment=tiny_sft", "cluster=slurm", "cluster.nodes=2", "cluster.spare_nodes=1",
                             "cluster.elastic.min_nodes=1", "data.global_batch_size=8", "data.micro_batch_size=2"))
@@ -214,6 +246,15 @@ def test_spare_nodes_and_elastic_shrinking():
     with pytest.raises(ConfigError, match=r"^cluster.elastic.min_nodes: data.global_batch_size=12 .* at 2 node\(s\)"):
         to_config(composed("+experiment=tiny_sft", "cluster=slurm", "cluster.nodes=3", "cluster.tasks_per_node=2",
                            "cluster.elastic.min_nodes=2", "data.global_batch_size=12", "data.micro_batch_size=2"))
+    # pp 2 x tp 2 on 4-rank nodes: a shrink drops whole data-parallel groups, so every size resolves;
+    # pp 3 does not divide the 8 ranks of two nodes.
+    pp = ["+experiment=tiny_sft", "cluster=slurm", "cluster.nodes=3", "cluster.tasks_per_node=4", "parallel.pp=2",
+          "parallel.tp=2", "eval.task_samples=0", "data.global_batch_size=12", "data.micro_batch_size=1"]
+    assert to_config(composed(*pp, "cluster.elastic.min_nodes=1")).parallel.pp == 2
+    with pytest.raises(ConfigError, match=r"^cluster.elastic.min_nodes: at 2 node\(s\), which the run may shrink to, "
+                                          r"parallel: dp_replicate\*tp\*pp = 1\*1\*3 = 3 does not divide the 8"):
+        to_config(composed(*pp[:4], "parallel.pp=3", "eval.task_samples=0", "data.global_batch_size=12",
+                           "data.micro_batch_size=1", "cluster.elastic.min_nodes=2"))
     with pytest.raises(ConfigError, match=r"^cluster.spare_nodes: spare nodes .* add cluster=slurm"):
         to_config(composed("+experiment=tiny_sft", "cluster.spare_nodes=1"))
     with pytest.raises(ConfigError) as err:

@@ -26,7 +26,7 @@ def hydra_says(*overrides: str) -> str:
     (["optim.lrr=1e-3"], "optim.lrr: not a config key; did you mean optim.lr?"),
     (["~optim.lrr"], "optim.lrr: not a config key; did you mean optim.lr?"),
     (["+experiment=tiny_sfft"], "experiment: no experiment 'tiny_sfft' (did you mean tiny_sft?); choose one of "
-                                "llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
+                                "llama70b_pretrain, llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
     (["checkpoint=exponentail"], "checkpoint: no option 'exponentail' (did you mean exponential?); choose one of "
                                  "every_200, every_50, every_500, exponential, hybrid, periodic, timed, young_daly"),
     (["+experiment=tiny_sft", "+experiment=sft"], "experiment: chosen twice; keep one"),
@@ -58,3 +58,16 @@ def test_a_users_own_config_group_and_keys_pass_with_their_config_dir(tmp_path):
     assert check(["+own=default", "own.steps=3", "entry=m:f"], schema(), g, entry=True) == []
     assert check(["own=default"], schema(), g, entry=True) == [
         "own=default: own has no default to override, so it takes a +; write +own=default"]
+
+
+def test_a_group_of_ones_own_that_is_not_on_the_search_path_is_named_not_made_a_string():
+    """`entry=... +own=default` without `--config-dir`: Hydra would make `own` the string "default"."""
+    from pathlib import Path
+
+    entry = "entry=own_loop.train:main"
+    (line,) = check([entry, "+own=default"], schema(), groups(), entry=True)
+    assert line.startswith("+own=default: no config group own/ on the search path") and "--config-dir" in line
+    example = Path(CONF_DIR).parent / "examples" / "own_loop" / "conf"
+    assert check([entry, "+own=default"], schema(), groups([example]), entry=True) == []
+    assert check([entry, "+own='default'", "+scale=2", "+flag=true", "+own.lr=1e-3"], schema(), groups(),
+                 entry=True) == []

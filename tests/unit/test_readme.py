@@ -48,6 +48,14 @@ RUN_BY: list[tuple[str, str]] = [
      "tests/integration/test_sft.py::test_a_pretrained_model_fine_tuned_on_two_ranks_exports_a_model_transformers_"
      "loads"),
     (r"python -m resilient_slurm\.launch \+experiment=llama8b_sft model\.pretrained=.* cluster=slurm", COMPOSED),
+    (r"python -m resilient_slurm\.launch \+experiment=tiny_sft cluster\.ranks=4 parallel\.pp=2 eval\.task_samples=0 "
+     r"data\.micro_batch_size=2 +#",
+     "tests/integration/test_pipeline_runs.py::test_pipelined_run_interrupted_three_ways_ends_bit_identical"),
+    (r"python -m resilient_slurm\.launch \+experiment=tiny_sft cluster\.ranks=4 parallel\.pp=2 .*interleaved_1f1b",
+     "tests/integration/test_pipeline_parity.py::test_pipelined_steps_match_one_process_and_running_out_of_memory_stops_"
+     "with_the_fix"),
+    (r"python -m resilient_slurm\.launch \+experiment=tiny_sft cluster\.ranks=4 parallel\.pp=2 .*parallel\.tp=2",
+     "tests/integration/test_pipeline_runs.py::test_resharding_into_and_out_of_tp2_pp2_keeps_the_global_batches"),
     (r"python -m resilient_slurm\.export ", "tests/unit/export/test_export_cli.py::test_on_a_terminal_the_export_draws_a_bar"),
     (r"python -m resilient_slurm\.launch \+experiment=sft model\.pretrained=/models/Qwen2\.5",
      "tests/integration/test_benchmarks.py::test_scores_land_at_the_checkpoints_steps_while_training_goes_on"),
@@ -55,6 +63,9 @@ RUN_BY: list[tuple[str, str]] = [
     (r"python -m resilient_slurm\.data prepare ",
      "tests/unit/data/test_token_commands.py::test_prepare_with_hydra_overrides_builds_what_the_run_start_then_maps"),
     (r"python -m resilient_slurm\.launch \+experiment=llama8b_pretrain cluster=slurm", COMPOSED),
+    (r"python -m resilient_slurm\.launch \+experiment=llama70b_pretrain --plan$",
+     "tests/unit/launch/test_plan_report.py::test_the_seed_runs_plan_prints_its_layout_memory_batch_checkpoint_and_"
+     "collectives"),
     (r"python -m resilient_slurm\.launch \+experiment=tiny_pretrain$",
      "tests/integration/test_tiny_pretrain_learns.py::test_the_tiny_corpus_is_learned_in_a_minute_on_a_cpu"),
     (r"export PYTHONPATH=examples/own_loop$", "tests/integration/test_own_loop.py::test_the_own_loop_interrupted_three_ways_ends_bit_identical"),
@@ -92,6 +103,8 @@ RUN_BY: list[tuple[str, str]] = [
      "study"),
     (r"tools/xid_scan --kernel-log ", "tests/unit/health/test_xid_scan_cli.py::test_by_hand_a_fatal_xid_fails_with_one_line"),
     (r"tools/xid_scan exclude (list|clear) ", "tests/unit/health/test_xid_scan_cli.py::test_exclude_subcommands"),
+    (r"tools/xid_scan --node-record ", "tests/unit/health/test_xid_scan_cli.py::"
+                                       "test_the_scan_marks_a_node_it_takes_out_and_the_node_record_prints_and_clears"),
     (r"python -m resilient_slurm\.checkpoint verify ", "tests/unit/checkpoint/test_verify.py::test_cli_exit_codes_and_one_line"),
     (r"python -m resilient_slurm\.simulate --gpus ", "tests/unit/simulate/test_cli.py::test_json_is_one_object_with_goodput_"
                                                      "and_the_breakdown"),
@@ -189,7 +202,7 @@ MODELS = {
 def test_every_launch_sweep_and_prepare_command_composes_and_validates(cmd, tmp_path):
     """What the command does before it runs anything: the overrides checked, Hydra's composition, the
     model's config.json read, the typed config validated (a sweep's search spaces are left to the
-    sweep's own tests). `/models/NAME` is a directory holding NAME's config.json."""
+    sweep's own tests; a --plan asks nothing of the data, as the command does). `/models/NAME` is a directory holding NAME's config.json."""
     import json
 
     from resilient_slurm.model.pretrained import apply_pretrained
@@ -204,7 +217,8 @@ def test_every_launch_sweep_and_prepare_command_composes_and_validates(cmd, tmp_
     dirs = tuple(REPO / d for d in parsed.config_dirs)
     for point in points:
         check_overrides(point, dirs)
-        cfg = to_config(compose(point, dirs), explicit_keys(point), resolve_model=apply_pretrained)
+        cfg = to_config(compose(point, dirs), explicit_keys(point), resolve_model=apply_pretrained,
+                        data_location=not parsed.plan)
         assert cfg.run.experiment
 
 

@@ -127,6 +127,15 @@ def test_decide_stops_a_code_bug_seen_on_two_nodes_before_the_budget_is_spent():
     assert d.action == GIVE_UP and "code bug" in d.reason and "n1, n2" in d.reason
 
 
+def test_two_nodes_lost_one_after_the_other_at_the_same_step_are_not_a_code_bug():
+    """Found by the simulator at the seed's scale (issue 28's scenario): a second node went down
+    before the restarted run's first new step, and Slurm's same words made it a code bug."""
+    lost = "srun: error: node not responding"
+    h = [ev("crash", 0, 47657, error=lost, node="n918"), ev("crash", 1, 47657, error=lost, node="n1331")]
+    d = decide(1, None, lost, h, max_restarts=5)
+    assert d.action == REQUEUE and "code bug" not in d.reason, d
+
+
 def test_decide_requeues_without_a_node_its_failures_follow():
     h = [ev("crash", 0, 40, error="CUDA error A", node="n2"), ev("crash", 1, 12, error="CUDA error B", node="n2")]
     d = decide(1, None, "CUDA error B", h, max_restarts=5)

@@ -34,6 +34,7 @@ from resilient_slurm.data.chat.split import held_out
 from resilient_slurm.data.chat_template import TemplateRenderError
 from resilient_slurm.data.packing import fit_length, pack
 from resilient_slurm.data.tokenizer import ChatTokenizer
+from resilient_slurm.errors import InputError
 
 CHUNK = 512
 """Conversations tokenized per batch call."""
@@ -42,7 +43,7 @@ Parsed = tuple[str, list[Message], int, list[dict[str, Any]] | None]
 """A well-formed line: its `file:line`, its messages, its conversation key and its tools."""
 
 
-class DataFormatError(ValueError):
+class DataFormatError(InputError):
     """Data the run cannot train on: a malformed line (`file:line: what is wrong; the fix`), or a set
     with nothing left to train on."""
 

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from resilient_slurm.data.fingerprint import digest
+from resilient_slurm.errors import InputError
 
 FORMAT = 1
 """Version of the cache's layout and of the pipeline that writes it; bump it when either changes."""
@@ -37,11 +38,11 @@ def data_files(path: str) -> list[str]:
     if os.path.isfile(path):
         return [os.path.abspath(path)]
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"data.path: {path} does not exist; point it at a .jsonl file or a directory of them")
+        raise InputError(f"data.path: {path} does not exist; point it at a .jsonl file or a directory of them")
     found = sorted(os.path.abspath(os.path.join(d, f)) for d, _, names in os.walk(path)
                    for f in names if f.endswith(".jsonl"))
     if not found:
-        raise FileNotFoundError(f"data.path: {path} holds no .jsonl files; point it at a file or add some")
+        raise InputError(f"data.path: {path} holds no .jsonl files; point it at a file or add some")
     return found
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from resilient_slurm.errors import InputError
 
-class TokenDataError(ValueError):
+
+class TokenDataError(InputError):
     """Bad corpus files or data settings, or data changed under a run: one line naming the file or key
-    and the fix. No restart helps (the trainer maps it to its InputError, exit status CONFIG)."""
+    and the fix. No restart helps (an InputError: exit status CONFIG)."""
 
 
 class SourceExhausted(RuntimeError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from resilient_slurm.config import Config, SourceConfig, explicit_keys, to_config, to_dict
+from resilient_slurm.config import Config, ConfigError, SourceConfig, explicit_keys, to_config, to_dict
 from resilient_slurm.data.tokens.token_data import open_token_data
 
 
@@ -44,8 +44,11 @@ def _source(item: str) -> dict[str, Any]:
     for part in item.split(","):
         key, _, value = part.partition("=")
         if key not in fields or not value:
-            raise ValueError(f"--source {item}: {part!r} is not name=..., path=..., weight=... or dtype=...")
-        fields[key] = float(value) if key == "weight" else value
+            raise ConfigError(f"--source {item}: {part!r} is not name=..., path=..., weight=... or dtype=...")
+        try:
+            fields[key] = float(value) if key == "weight" else value
+        except ValueError:
+            raise ConfigError(f"--source {item}: weight={value} is not a number; write weight=0.7") from None
     return fields
 
 

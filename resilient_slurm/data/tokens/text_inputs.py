@@ -15,19 +15,21 @@ import zlib
 from collections.abc import Iterator
 from typing import IO, Any
 
+from resilient_slurm.errors import InputError
+
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
 PARQUET_EXTRA = "pip install 'resilient-slurm[parquet]'"
 
 
-class InputError(ValueError):
+class TextInputError(InputError):
     """An input file cannot be read; one line naming it (tokenize exits 2)."""
 
 
 def check_input(path: str) -> None:
     if not path.endswith(SUFFIXES):
-        raise InputError(f"{path}: unknown format; inputs are {', '.join(SUFFIXES)}")
+        raise TextInputError(f"{path}: unknown format; inputs are {', '.join(SUFFIXES)}")
     if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file")
+        raise TextInputError(f"{path}: no such file")
 
 
 class InputReader:
@@ -62,12 +64,12 @@ class InputReader:
                 for number, line in enumerate(lines, 1):
                     yield number, line
             except (OSError, EOFError, zlib.error) as e:
-                raise InputError(f"{self.path}: the compressed stream is damaged after line {number} ({e}); "
+                raise TextInputError(f"{self.path}: the compressed stream is damaged after line {number} ({e}); "
                                  "restore the file or drop it from --input") from None
             except Exception as e:  # zstandard.ZstdError: its module is imported only for .zst
                 if type(e).__name__ != "ZstdError":
                     raise
-                raise InputError(f"{self.path}: the zstd stream is damaged after line {number} ({e}); restore the "
+                raise TextInputError(f"{self.path}: the zstd stream is damaged after line {number} ({e}); restore the "
                                  "file or drop it from --input") from None
         self._fraction = 1.0
 
@@ -75,14 +77,14 @@ class InputReader:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise InputError(f"{self.path}: reading parquet needs pyarrow: {PARQUET_EXTRA}") from None
+            raise TextInputError(f"{self.path}: reading parquet needs pyarrow: {PARQUET_EXTRA}") from None
         try:
             table = pq.ParquetFile(self.path)
         except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
-            raise InputError(f"{self.path}: not a readable parquet file ({e})") from None
+            raise TextInputError(f"{self.path}: not a readable parquet file ({e})") from None
         names = table.schema_arrow.names
         if self.text_key not in names:
-            raise InputError(f"{self.path}: no column {self.text_key!r} (columns: {', '.join(names)}); use --text-key")
+            raise TextInputError(f"{self.path}: no column {self.text_key!r} (columns: {', '.join(names)}); use --text-key")
         total = max(table.metadata.num_rows, 1)
         row = 0
         for batch in table.iter_batches(batch_size=8192, columns=[self.text_key]):

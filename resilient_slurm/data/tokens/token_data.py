@@ -3,8 +3,8 @@ started on, map (or build) each source's order, and hand out samplers and valida
 
     data = open_token_data(cfg, run_dir, comm.rank)    # every rank, before the model is built
     sampler = data.sampler(comm.rank, comm.world_size)  # TokenBatchSampler: PackedBatchSampler's interface
-    sampler.restore(train_state.data)                   # after the checkpoint is loaded (None: fresh)
-    TrainState(..., data=sampler.position())            # at every save
+    sampler.restore(saved["mixture"])                   # after the checkpoint is loaded (None: fresh)
+    {..., "mixture": sampler.position()}                # the pipeline's data_state, at every save
     data.val["web"].batch(rows)                         # held-out windows of one source
 
 Everything that can be wrong with the files is found here, before any training: a missing, truncated

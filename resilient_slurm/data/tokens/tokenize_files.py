@@ -42,6 +42,7 @@ from resilient_slurm.data.tokens.records import text_of_line, text_of_value
 from resilient_slurm.data.tokens.text_inputs import InputReader, check_input
 from resilient_slurm.files import atomic_write
 from resilient_slurm.data.tokenizer import ChatTokenizer, resolve_path
+from resilient_slurm.errors import InputError
 
 FORMAT = 1
 CHUNK_ITEMS = 50_000
@@ -50,7 +51,7 @@ BATCH_ITEMS = 256
 """Lines per worker task."""
 
 
-class TokenizeError(ValueError):
+class TokenizeError(InputError):
     """Bad input or a prefix that is not ours to write; one line (exit status 2)."""
 
 

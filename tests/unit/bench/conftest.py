@@ -17,3 +17,12 @@ def load_bench(name: str):
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def spawnable(name: str, tmp_path: Path, monkeypatch) -> None:
+    """Ranks spawned by bench/<name>.py unpickle its workers as `bench_<name>.<fn>`: a module of that
+    name on the path they inherit runs the bench file (run as a script, the bench is `__main__`,
+    which spawn finds without this)."""
+    path = str(BENCH / f"{name}.py")
+    (tmp_path / f"bench_{name}.py").write_text(f"exec(compile(open({path!r}).read(), {path!r}, 'exec'))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))

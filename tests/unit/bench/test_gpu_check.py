@@ -1,6 +1,8 @@
 """bench/gpu_check.py without a GPU: the one-line refusal, the MFU arithmetic, and its checks run on
-the CPU (one gloo rank, a tiny tied model), where they must pass as they would on a GPU. What needs
-a GPU (cuBLAS, pinned staging, NVML readings) is not exercised here."""
+the CPU (one gloo rank, a tiny tied model; its layouts check on 2 gloo ranks), where they must pass
+as they would on a GPU. What needs a GPU (cuBLAS, pinned staging, NVML readings, NCCL) is not
+exercised here, nor the compiled-blocks check (a compiled block's first step takes about a minute
+on this CPU; tests/integration/test_compiled_blocks.py compiles through the trainer)."""
 
 import os
 import subprocess
@@ -13,7 +15,7 @@ import torch
 from resilient_slurm.config import Config, ModelConfig, OptimConfig
 from resilient_slurm.model.decoder import LlamaForCausalLM
 from tests.single_rank import one_rank
-from tests.unit.bench.conftest import BENCH, load_bench
+from tests.unit.bench.conftest import BENCH, load_bench, spawnable
 
 gpu_check = load_bench("gpu_check")
 
@@ -75,3 +77,24 @@ def test_the_steps_and_the_exact_resume_pass_on_one_cpu_rank(tmp_path):
     for expected in ("compute dtype", "losses finite", "async save", "restore: weights", "cpu RNG restored",
                      "weights bit-identical", "losses identical"):
         assert expected in names
+
+
+def test_the_layouts_it_checks_fit_the_gpus():
+    assert gpu_check.layouts_for(1) == {}
+    assert list(gpu_check.layouts_for(2)) == ["dp 2", "dp 1 x tp 2"]
+    assert list(gpu_check.layouts_for(8)) == ["dp 8", "dp 4 x tp 2", "hsdp 2 x 4"]
+    assert all(lay.world_size == 8 for lay in gpu_check.layouts_for(8).values())
+
+
+@pytest.mark.slow
+def test_the_layouts_check_passes_on_two_cpu_ranks(tmp_path, monkeypatch):
+    spawnable("gpu_check", tmp_path, monkeypatch)
+    model = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                        num_kv_heads=2, tie_embeddings=True, dtype="bfloat16")
+    cfg = Config(model=model, optim=replace(OptimConfig(), warmup_steps=0, lr=1e-2))
+    batches = gpu_check.packed_batches(model, count=4, micro=1, seq=32, seed=3)
+    single = gpu_check.Run.build(one_rank(), cfg, cfg.train.seed)
+    single.train([batches] * 2)
+    checks = gpu_check.check_layouts(2, "gloo", cfg, batches, 2, single.losses, tmp_path)
+    assert [c.name.split(":")[0] for c in checks] == ["layout dp 2", "layout dp 1 x tp 2"]
+    assert all(c.ok for c in checks), checks

@@ -4,10 +4,12 @@ import pytest
 import torch
 
 from resilient_slurm.checkpoint.load import CheckpointRefused, load_into, resume
+from resilient_slurm.checkpoint.layout import step_dir_name
 from resilient_slurm.checkpoint.save import save
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.checkpoint.state import (
     capture_snapshot,
+    held,
     optimizer_tensors,
     param_names,
 )
@@ -93,3 +95,14 @@ def test_a_refused_checkpoint_stops_the_resume_and_stays_in_place(tmp_path):
     assert str(err.value) == f"{path}: another base model" and seen == [4]
     assert path.is_dir() and not (tmp_path / ".quarantine").exists()
     assert resume(tmp_path, COMM, *trained(1), io_threads=1, refusal=lambda ts: None).restored.path == path
+
+
+def test_a_checkpoint_with_a_tensor_no_rank_holds_is_refused_and_kept(tmp_path):
+    """A saved tensor some rank lacks may be another stage's; one no rank holds is a changed model."""
+    model, opt, sched = trained(0)
+    snap = capture_snapshot(model, opt, sched, TrainState(step=2))
+    snap.model["model.extra.weight"] = held(torch.zeros(3), "model.extra.weight")
+    save(tmp_path, 2, snap, COMM, 1 << 30, 2)
+    with pytest.raises(CheckpointRefused, match="holds tensor 'model.extra.weight', which no rank of this model holds"):
+        resume(tmp_path, COMM, *trained(1), io_threads=2)
+    assert (tmp_path / step_dir_name(2)).is_dir()  # a changed model is not damage: nothing moved aside

@@ -14,7 +14,7 @@ import pytest
 
 from resilient_slurm.data.__main__ import main
 from resilient_slurm.data.tokens.corpus import MegatronFile
-from resilient_slurm.data.tokens.text_inputs import InputError
+from resilient_slurm.data.tokens.text_inputs import TextInputError
 from resilient_slurm.data.tokens.tiny_corpus import documents
 from resilient_slurm.data.tokens.tokenize_files import TokenizeError, tokenize
 from resilient_slurm.data.tokenizer import ChatTokenizer, resolve_path
@@ -108,12 +108,12 @@ def test_each_kind_of_bad_line_is_named(tmp_path, content, message):
 
 
 def test_unreadable_inputs_and_foreign_prefixes_are_refused(tmp_path):
-    with pytest.raises(InputError, match="unknown format"):
+    with pytest.raises(TextInputError, match="unknown format"):
         tokenize([str(tmp_path / "x.csv")], str(tmp_path / "o"), TOKENIZER, progress=False)
     broken = tmp_path / "in.jsonl.gz"
     whole = gzip.compress("".join(json.dumps({"text": t}) + "\n" for t in TEXTS).encode())
     broken.write_bytes(whole[: len(whole) // 2])
-    with pytest.raises(InputError, match="the compressed stream is damaged"):
+    with pytest.raises(TextInputError, match="the compressed stream is damaged"):
         tokenize([str(broken)], str(tmp_path / "o"), TOKENIZER, progress=False)
     source = write_jsonl(tmp_path / "in.jsonl", TEXTS[:5])
     (tmp_path / "theirs.bin").write_bytes(b"")

@@ -199,3 +199,25 @@ def test_health_imports_only_the_standard_library() -> None:
 @pytest.mark.parametrize("path", [*sorted(HEALTH.glob("*.py")), TOOL], ids=lambda p: p.name)
 def test_valid_python_3_10(path: Path) -> None:
     ast.parse(path.read_text(), filename=str(path), feature_version=(3, 10))
+
+
+def test_the_scan_marks_a_node_it_takes_out_and_the_node_record_prints_and_clears(tmp_path: Path) -> None:
+    record = str(tmp_path / "nodes.jsonl")
+    log = write(tmp_path / "k.log", XID79)
+    for job in ("41", "42"):  # the Epilog of two jobs, each finding the node's fatal Xid
+        out = xid_scan("--kernel-log", str(log), "--node", "n3", "--job-id", job, "--no-nvml",
+                       "--append-node-record", record)
+        assert out.returncode == 1
+    assert xid_scan("--kernel-log", str(write(tmp_path / "ok.log")), "--node", "n1", "--no-nvml",
+                    "--append-node-record", record).returncode == 0  # a node that stays is not marked
+    printed = xid_scan("--node-record", record)
+    assert printed.returncode == 0
+    (row,) = printed.stdout.splitlines()
+    node, counts, newest, verdict = row.split("\t")
+    assert (node, counts) == ("n3", "xid 2 sdc 0 straggler 0 hang 0") and newest.endswith("xid (job 42)")
+    assert verdict == "OUT: node record: 2 xid in 7.0 days"
+    assert xid_scan("--node-record", record, "--policy", "xid=3").stdout.endswith("\tin\n")
+    cleared = xid_scan("--node-record", record, "--clear", "n3")
+    assert cleared.stdout.splitlines()[0].split("\t")[1:4:2] == ["xid 0 sdc 0 straggler 0 hang 0", "in"]
+    bad = xid_scan("--node-record", record, "--policy", "xid")
+    assert bad.returncode == 2 and bad.stderr.startswith("xid_scan --node-record: policy part 'xid'")

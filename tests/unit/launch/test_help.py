@@ -73,10 +73,11 @@ def test_the_command_line_options():
     assert parse(["-m", "+experiment=tiny_sft", "optim.lr=1,2"]) == Command(("+experiment=tiny_sft", "optim.lr=1,2"),
                                                                             multirun=True)
     assert parse(["--config-dir", "a", "-cd=b", "entry=m:f"]).config_dirs == (Path("a"), Path("b"))
+    assert parse(["+experiment=x", "--plan"]).plan and not parse(["+experiment=x"]).plan
     assert parse(["run.name=x"]).bare and not parse(["entry=m:f"]).bare and not parse(["+experiment=x"]).bare
     for bad, line in ((["--config-dir"], "--config-dir: no directory; write --config-dir DIR"),
-                      (["--multi"], "--multi: not an option of launch; it takes -m, --config-dir DIR, --help and "
-                                    "KEY=VALUE overrides")):
+                      (["--multi"], "--multi: not an option of launch; it takes -m, --config-dir DIR, --plan, --help "
+                                    "and KEY=VALUE overrides")):
         try:
             parse(bad)
         except UsageError as e:

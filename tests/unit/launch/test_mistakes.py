@@ -18,15 +18,15 @@ CHECKPOINTS = "every_200, every_50, every_500, exponential, hybrid, periodic, ti
 
 MISTAKES = [
     # what is trained
-    ([], E + "no experiment; choose one with +experiment=NAME: llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft (--help lists them with "
+    ([], E + "no experiment; choose one with +experiment=NAME: llama70b_pretrain, llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft (--help lists them with "
               "the keys)"),
-    (["run.name=x"], E + "no experiment; choose one with +experiment=NAME: llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft (--help lists "
+    (["run.name=x"], E + "no experiment; choose one with +experiment=NAME: llama70b_pretrain, llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft (--help lists "
                          "them with the keys)"),
     (["experiment=tiny_sft"], CE + "experiment=tiny_sft: experiment has no default to override, so it takes a +; "
                                    "write +experiment=tiny_sft"),
     (["+experiment=tiny_sfft"], CE + "experiment: no experiment 'tiny_sfft' (did you mean tiny_sft?); choose one of "
-                                     "llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
-    (["+experiment="], CE + "experiment: empty; choose one of llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
+                                     "llama70b_pretrain, llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
+    (["+experiment="], CE + "experiment: empty; choose one of llama70b_pretrain, llama8b_pretrain, llama8b_sft, pretrain, sft, tiny_pretrain, tiny_sft"),
     ([T, "+experiment=sft"], CE + "+experiment=sft: experiment is chosen twice; keep one"),
     (["+experiment=sft"], CE + "model.pretrained: +experiment=sft needs it; set model.pretrained=...\n"
                           + CE + "data.path: +experiment=sft needs it; set data.path=..."),
@@ -43,6 +43,10 @@ MISTAKES = [
     ([T, "+foo=1"], CE + "foo: not a config key; python -m resilient_slurm.launch --help lists the keys"),
     ([T, "entry=own_loop.train:main", "steps=3"], CE + "steps: not a config key; write +steps=3 to add a key of your "
                                                       "own"),
+    (["entry=own_loop.train:main", "+own=default"], CE + "+own=default: no config group own/ on the search path, so "
+                                                         "own would be the string 'default'; pass --config-dir DIR "
+                                                         "with own/default.yaml in it, or quote the value "
+                                                         "(+own='default') if you mean the string"),
     ([T, "cluster.sbatch_extra.qos=high"], CE + "cluster.sbatch_extra.qos: a new entry of cluster.sbatch_extra; write "
                                                 "+cluster.sbatch_extra.qos=high"),
     ([T, "optim.lr=1e-3", "optim.lrr=1e-3", "train.max_stepz=3"],
@@ -69,6 +73,13 @@ MISTAKES = [
     ([T, "train.seed=1.5"], CE + "train.seed: Value '1.5' of type 'float' could not be converted to Integer; fix the "
                                  "value or remove the key"),
     ([T, "train.max_steps=0"], CE + "train.max_steps: 0; set it to 1 or more"),
+    ([T, "monitor.sdc.every_steps=0"], CE + "monitor.sdc.every_steps: 0; set it to 1 or more (monitor.sdc.enabled=false "
+                                            "turns the comparison off)"),
+    ([T, "monitor.sdc.rerun_every_steps=10"], CE + "monitor.sdc.rerun_every_steps: 10 on one rank: a buddy re-runs the "
+                                                   "update on another rank; run 2 or more ranks, or set it to 0"),
+    ([T, "cluster.ranks=2", "parallel.dp_replicate=2", "monitor.sdc.rerun_every_steps=10"],
+     CE + "monitor.sdc.rerun_every_steps: 10 with parallel.dp_replicate=2: the replicas are compared every "
+          "monitor.sdc.every_steps already; set it to 0"),
     ([T, "data.global_batch_size=7"], CE + "data.global_batch_size: 7 is not a multiple of micro_batch_size*data-parallel "
                                            "ranks=4*1=4; change one of them"),
     ([T, "model.num_kv_heads=3"], CE + "model.num_kv_heads: 3 does not divide model.num_heads=4; pick a divisor"),
@@ -80,8 +91,39 @@ MISTAKES = [
     ([T, "run.name=a/b"], CE + "run.name: 'a/b' is not a plain name; use letters, digits, '.', '_', '-'"),
     ([T, "optim.warmup_steps=400"], CE + "optim.warmup_steps: 400 must be below train.max_steps=300; lower it or "
                                          "raise train.max_steps"),
+    # pipeline parallelism
+    ([T, "cluster.ranks=2", "parallel.pp=2", "model.num_layers=1", "eval.task_samples=0"],
+     CE + "parallel.pp: 2 pipeline stage(s) for 1 layer(s); every stage needs a layer: lower parallel.pp"),
+    ([T, "cluster.ranks=4", "parallel.pp=2", "data.micro_batch_size=4", "eval.task_samples=0"],
+     CE + "parallel.pp: 2 stages need at least 2 micro-batches per step, and a step has 1 (global_batch_size / "
+          "(micro_batch_size * 2 data-parallel ranks)); raise data.global_batch_size or lower data.micro_batch_size"),
+    ([T, "cluster.ranks=2", "parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b", "data.global_batch_size=10",
+      "data.micro_batch_size=2", "eval.task_samples=0"],
+     CE + "parallel.pp_schedule: interleaved_1f1b runs the 5 micro-batches of a step in 2 rounds (micro-batches // "
+          "pp), which must divide them; make the micro-batches per step a multiple of 2 (data.global_batch_size / "
+          "(data.micro_batch_size * data-parallel ranks)), or use parallel.pp_schedule=1f1b"),
+    ([T, "cluster.ranks=2", "parallel.pp=2"],
+     CE + "eval.task_samples: 64 with parallel.pp=2; greedy decoding through a pipeline (each new token back from "
+          "the last stage to the first) is not built, only the validation loss is; set eval.task_samples=0, or "
+          "parallel.pp=1"),
     (["-m", T, "optim.lr=1e-4,abc"], CE + "optim.lr: Value 'abc' of type 'str' could not be converted to Float; fix "
                                           "the value or remove the key"),
+    # the layout
+    ([T, "cluster.ranks=4", "parallel.dp_shard=3"],
+     CE + "parallel: dp_replicate*dp_shard*tp*pp = 1*3*1*1 = 3, but the run has 4 rank(s); make the product equal "
+          "the ranks, or set parallel.dp_shard=-1"),
+    ([T, "cluster.ranks=4", "parallel.dp_replicate=3"],
+     CE + "parallel: dp_replicate*tp*pp = 3*1*1 = 3 does not divide the 4 rank(s); change a degree or the number of "
+          "ranks"),
+    ([T, "cluster=slurm", "cluster.nodes=2", "cluster.tasks_per_node=2", "parallel.tp=4"],
+     CE + "parallel.tp: 4 does not fit inside a node of 2 rank(s): tensor parallelism exchanges activations every "
+          "layer and must stay on a node's links; use a tp that divides 2"),
+    ([T, "cluster.ranks=3", "parallel.tp=3"],
+     CE + "parallel.tp: 3 does not divide the model's 4 attention heads and 2 key/value heads; use a tp that divides "
+          "both (at most 2)"),
+    ([T, "cluster.ranks=4", "parallel.tp=4"],
+     CE + "parallel.tp: 4 does not divide the model's 4 attention heads and 2 key/value heads; use a tp that divides "
+          "both (at most 2)"),
     # replica groups (cluster.replica_ft)
     ([T, "cluster.replica_ft=true"], CE + "cluster.replica_ft: needs parallel.dp_replicate >= 2 (replica groups to fail "
                                           "over between), and it is 1; set parallel.dp_replicate=2 or more, or "
@@ -115,8 +157,8 @@ MISTAKES = [
      CE + "data.sources=[name:web]: the shell took this value's braces apart (brace expansion); quote the whole "
           "override: 'data.sources=[{name:web,path:/data/tok/web,weight:0.7},...]'"),
     # the command line itself
-    ([T, "--cfg", "job"], E + "--cfg: not an option of launch; it takes -m, --config-dir DIR, --help and KEY=VALUE "
-                              "overrides"),
+    ([T, "--cfg", "job"], E + "--cfg: not an option of launch; it takes -m, --config-dir DIR, --plan, --help and "
+                              "KEY=VALUE overrides"),
     ([T, "--config-dir", "/no/such/dir"], E + "--config-dir /no/such/dir: no such directory; give the directory that "
                                               "holds your config groups"),
     ([T, "--help", "optm"], E + "--help optm: no such section or key; did you mean optim?"),

@@ -16,7 +16,8 @@ from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config, ModelConfig, validate
 from resilient_slurm.export.from_checkpoint import export_checkpoint
 from resilient_slurm.model.decoder import LlamaForCausalLM
-from resilient_slurm.model.families import FAMILIES, PretrainedError
+from resilient_slurm.config.families import FAMILIES
+from resilient_slurm.model.families import PretrainedError
 from resilient_slurm.model.lora import apply_lora
 from resilient_slurm.model.pretrained import HFWeights, apply_pretrained, expected_shapes, identity, model_fields
 from resilient_slurm.trainer.optim import build_optimizer, build_scheduler

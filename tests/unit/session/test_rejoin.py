@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.recovery import inprocess_refusal
 from resilient_slurm.session import rejoin
 from resilient_slurm.slurm.placement import Allocation, keep_positions
@@ -25,6 +26,18 @@ from resilient_slurm.slurm.srun import step_argv
 ])
 def test_a_collective_that_failed_because_a_peer_died_is_told_from_the_ranks_own_error(error, gone):
     assert rejoin.peer_gone(error) is gone
+
+
+def test_a_peer_gone_under_a_pipeline_stage_is_found_in_the_error_it_was_raised_from():
+    """torch.distributed.pipelining wraps a failed stage forward in its own RuntimeError (`raise ... from e`)."""
+    try:
+        try:
+            raise RuntimeError("[pair.cc:553] Connection closed by peer [10.0.0.2]:1234")
+        except RuntimeError as e:
+            raise RuntimeError("[Stage 1] failed to run forward:\n args: ...") from e
+    except RuntimeError as wrapped:
+        assert rejoin.peer_gone(wrapped)
+    assert not rejoin.peer_gone(RuntimeError("[Stage 1] failed to run forward"))
 
 
 @pytest.mark.parametrize("hung, errors, survivors, same_size, refused", [
@@ -58,9 +71,10 @@ def test_a_replacement_takes_the_lost_nodes_position_so_every_survivor_keeps_its
 
 
 def test_a_driven_step_whose_survivors_stay_is_not_ended_at_the_first_bad_exit():
-    argv = step_argv(("n1",), 1, ["python"], survivors_stay=True, env=(f"{rejoin.JOIN_ENV}=2",))
+    argv = step_argv(("n1",), 1, ["python"], survivors_stay=True, env=RankLaunch(driven=True, join=2).exports())
     assert "--kill-on-bad-exit=0" in argv
-    assert any(a.startswith("--export=ALL,") and a.endswith(f",{rejoin.JOIN_ENV}=2") for a in argv)
+    (export,) = [a for a in argv if a.startswith("--export=ALL,")]
+    assert RankLaunch.from_env(dict(e.split("=", 1) for e in export.split(",")[1:])).join == 2
 
 
 def test_the_instruction_is_read_back_whole_and_a_waiting_rank_beats_until_it_comes(tmp_path):

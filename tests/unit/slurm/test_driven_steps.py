@@ -9,15 +9,25 @@ from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.launch.submit import executor_parameters
 from resilient_slurm.ledger import parse
 from resilient_slurm.slurm.placement import initial
-from resilient_slurm.slurm.srun import DRIVEN_ENV, TaskReport, parse_report, parse_step_id, step_argv
+from resilient_slurm.process.launch import RankLaunch
+from resilient_slurm.slurm.srun import TaskReport, parse_report, parse_step_id, step_argv
 from resilient_slurm.slurm.step_end import judge
 
 
 def test_a_step_runs_on_exactly_its_nodes_and_ends_at_the_first_bad_exit():
-    argv = step_argv(("n1", "n3"), 4, ["python", "-m", "x"], cpus_per_task=8, gpus_per_node=4, extra=["--mpi=none"])
+    told = RankLaunch(run_dir="/runs/a,b", heartbeat="n1:5000", driven=True)
+    argv = step_argv(("n1", "n3"), 4, ["python", "-m", "x"], cpus_per_task=8, gpus_per_node=4, extra=["--mpi=none"],
+                     env=told.exports())
     assert "--nodelist=n1,n3" in argv and "--nodes=2" in argv and "--ntasks=8" in argv
     assert "--ntasks-per-node=4" in argv and "--kill-on-bad-exit=1" in argv
-    assert f"--export=ALL,{DRIVEN_ENV}=1" in argv and "--cpus-per-task=8" in argv and "--gpus-per-node=4" in argv
+    assert "--cpus-per-task=8" in argv and "--gpus-per-node=4" in argv
+    (export,) = [a for a in argv if a.startswith("--export=")]
+    # What the driver tells every task, each variable spelled (none leaks from the driver's own
+    # environment); the rank comes from Slurm and the run directory from the command line.
+    entries = dict(e.split("=", 1) for e in export.removeprefix("--export=ALL,").split(","))
+    assert RankLaunch.from_env(entries) == RankLaunch(heartbeat="n1:5000", driven=True)
+    assert set(entries) == set(RankLaunch.names()) - {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                                      "MASTER_ADDR", "MASTER_PORT", RankLaunch.variable("run_dir")}
     assert argv[0] == "srun" and "-v" in argv  # -v: srun names the step it creates
     assert argv[-4:] == ["--mpi=none", "python", "-m", "x"]
     assert not any(a.startswith("--cpus-per-task") for a in step_argv(("n1",), 1, ["x"]))

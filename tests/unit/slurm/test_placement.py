@@ -13,15 +13,15 @@ def alloc(in_use="abcd", spares="xy", target=4, min_nodes=None, failed=""):
     "before, failed, out, move, in_use, spares, exclude",
     [
         # a crash with no node at fault: the same nodes again, no spare used
-        (alloc(), "", "", Move.RESTART, "abcd", "xy", ""),
+        (alloc(), "", "", Move.IN_PLACE, "abcd", "xy", ""),
         # a failed node is replaced by the first spare; the rest keep their order
-        (alloc(), "b", "", Move.RESTART, "acdx", "y", ""),
+        (alloc(), "b", "", Move.SPARE, "acdx", "y", ""),
         # a node out for a GPU reset is replaced the same way
-        (alloc(), "", "c", Move.RESTART, "abdx", "y", ""),
+        (alloc(), "", "c", Move.SPARE, "abdx", "y", ""),
         # two at once take both spares
-        (alloc(), "ab", "", Move.RESTART, "cdxy", "", ""),
+        (alloc(), "ab", "", Move.SPARE, "cdxy", "", ""),
         # a spare that failed earlier in this allocation is never chosen
-        (alloc(spares="xy", failed="x"), "a", "", Move.RESTART, "bcdy", "", ""),
+        (alloc(spares="xy", failed="x"), "a", "", Move.SPARE, "bcdy", "", ""),
         # no spare, elastic off: requeue without every node that failed here
         (alloc(spares="", failed="z"), "a", "", Move.REQUEUE, "bcd", "", "az"),
         # no spare, elastic on and above the floor: shrink

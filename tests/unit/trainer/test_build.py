@@ -12,6 +12,7 @@ import torch
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.checkpoint.train_state import TrainState
 from resilient_slurm.config import Config
+from resilient_slurm.errors import InputError
 from resilient_slurm.trainer import build
 from resilient_slurm.data.open import open_data
 from resilient_slurm.data.chat.dataset import resolve_path
@@ -61,7 +62,7 @@ def write(path, lines):
 
 
 def one_line_error(fn):
-    with pytest.raises(build.InputError) as err:
+    with pytest.raises(InputError) as err:
         fn()
     message = str(err.value)
     assert "\n" not in message
@@ -140,8 +141,10 @@ def test_a_lora_run_refuses_checkpoints_of_another_base_or_another_kind_of_train
     cfg = config(tmp_path)
     cfg.model.lora.rank = 8
     base = {"path": "/models/a", "identity": "a" * 64}
-    lora = build.lora_record(cfg)
-    assert build.resume_refusal(TrainState(step=5, lora=lora, base_model=base), cfg, base) is None
+    stamp = build.lora_stamp(cfg, base)
+    lora = stamp["lora"]
+    assert stamp["base_model"] == base and lora["rank"] == 8
+    assert build.resume_refusal(TrainState(step=5, **stamp), cfg, base) is None
     other = build.resume_refusal(TrainState(step=5, lora=lora, base_model={"path": "/models/a", "identity": "b" * 64}), cfg, base)
     assert other and "/models/a" in other and "b" * 16 in other and "a" * 16 in other and "\n" not in other
     full = build.resume_refusal(TrainState(step=5), cfg, base)

@@ -1,0 +1,55 @@
+"""Tensor parallelism x HSDP on the real local cluster: 2 nodes x 2 tasks, tp 2 inside each node (a
+node is one TP group) and 2 HSDP replicas across the nodes. Requeued by Slurm mid-run, and with a
+node lost (its task SIGKILLed: the sandbox's nodes share one machine) replaced by the spare inside
+the allocation, each run ends bit-identical (every chunk of every checkpoint file) to the same
+training uninterrupted on this machine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from resilient_slurm.ledger import Kind
+from tests.integration.runs import events, run_dir
+from tests.integration.test_nd_runs import chunks
+from tests.slurm.jobs import STEPS, describe, kill_driven_task, reference, submit, wait_for_end, wait_for_step
+
+pytestmark = pytest.mark.slurm
+
+LAYOUT = ["parallel.tp=2", "parallel.dp_replicate=2", "data.micro_batch_size=1"]
+TP_HSDP = ["cluster.nodes=2", "cluster.tasks_per_node=2", "cluster.collective_timeout_s=60", "cluster.time_min=10",
+           "fault.step_sleep_s=0.05", "tracking.mode=disabled", *LAYOUT]
+
+
+def assert_same_checkpoint(a, b) -> None:
+    x, y = chunks(a, STEPS), chunks(b, STEPS)
+    assert x.keys() == y.keys() and any("optimizer" in k for k in x)
+    for k in x:
+        assert torch.equal(x[k].view(-1).view(torch.uint8), y[k].view(-1).view(torch.uint8)), f"{k} differs"
+
+
+def test_a_tp_x_hsdp_job_requeued_by_slurm_ends_as_it_would_uninterrupted(slurm_cluster, tmp_path):
+    ref = reference(4, *LAYOUT)
+    job = submit(tmp_path, "requeued", *TP_HSDP)
+    rdir = run_dir(tmp_path, "requeued")
+    wait_for_step(rdir, 40, 180)
+    slurm_cluster.run("scontrol", "requeue", job)
+    assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
+    got = events(rdir)
+    assert len([e for e in got if e.kind is Kind.RESUME]) == 1
+    assert all(e.details.world_size == 4 for e in got if e.kind is Kind.START)
+    assert_same_checkpoint(ref, rdir)
+
+
+def test_a_tp_x_hsdp_job_that_loses_a_node_goes_on_on_the_spare(idle_cluster, tmp_path):
+    ref = reference(4, *LAYOUT)
+    job = submit(tmp_path, "spare", *TP_HSDP, "cluster.spare_nodes=1")
+    rdir = run_dir(tmp_path, "spare")
+    wait_for_step(rdir, 40, 180)
+    dead = kill_driven_task(job, 2)  # the second node's first rank: its TP group, one replica's shard
+    assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
+    got = events(rdir)
+    assert not [e for e in got if e.kind is Kind.REQUEUE]
+    (restart,) = [e for e in got if e.kind is Kind.RESTART_IN_ALLOCATION]
+    assert restart.details.move == "spare" and restart.details.replaced == [dead], restart
+    assert_same_checkpoint(ref, rdir)
