@@ -33,11 +33,11 @@ class RankInfo:
     node: str = ""
     """The node the rank runs on (a Slurm node name); empty: this machine's host name. A node-local
     checkpoint tier keeps its files per node."""
+    local_world_size: int = 0
+    """Ranks on this node, which share its CPU threads; 0: the world size."""
     replica: ReplicaPlace | None = None
     """With cluster.replica_ft: the rank's replica group, whose ranks alone make this process group
     (`rank` and `world_size` are then the group's)."""
-    local_world_size: int = 0
-    """Ranks on this node, which share its CPU threads; 0: the world size."""
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> RankInfo:

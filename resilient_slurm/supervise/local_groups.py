@@ -178,8 +178,9 @@ def run_local_groups(cfg: Config, run_dir: Path) -> int:
     try:
         # As local.py: the monitor's thread and the forwarding inherit the held stop signals.
         with stop_signals_held():
-            monitor = HeartbeatMonitor("127.0.0.1", cfg.monitor.heartbeat_timeout_s, cfg.monitor.heartbeat_phase_s) \
-                if cfg.monitor.heartbeat_timeout_s > 0 else None
+            monitor = HeartbeatMonitor("127.0.0.1", cfg.monitor) if cfg.monitor.heartbeat_timeout_s > 0 else None
+            if monitor is not None:
+                monitor.restart(0, cfg.cluster.ranks)
             run = LocalGroups(cfg, run_dir, lighthouse.address, monitor)
             for g in range(run.groups):
                 run.start(g, heal=False)
