@@ -23,7 +23,8 @@ from resilient_slurm.checkpoint.collectives import Collectives
 from resilient_slurm.checkpoint.plan import Entry, Holding, Mesh, Plan, PlanError, plan
 from resilient_slurm.checkpoint.state import Held, Snapshot, optimizer_meta
 
-_CACHE: dict[tuple, tuple[Plan, dict[str, bytes]]] = {}
+_CACHE: dict[str, tuple[Plan, dict[str, bytes]]] = {}
+"""Plans by a digest of every rank's holding signature (and the file size limit)."""
 _CACHED_PLANS = 4
 """Layouts whose plans are kept: the disk saves' and the memory tier's, and a weights-only one."""
 
@@ -71,10 +72,13 @@ def agree(snap: Snapshot, comm: Collectives, max_shard_bytes: int) -> Agreed:
     PlanFailed, on every rank alike, when the states do not make a checkpoint."""
     mine = holding(snap)
     sig = signature(mine)
-    gathered = comm.all_gather_object((sig, [g.hyper for g in snap.groups]))
-    sigs = tuple(s for s, _ in gathered)
-    key = (sigs, max_shard_bytes)
-    exchanged = key not in _CACHE
+    # Whether the plan is cached must be agreed: a rank restarted in its process (or a replacement)
+    # has an empty cache while its peers keep theirs, and one rank alone exchanging would pair its
+    # all-gather with another collective of theirs.
+    gathered = comm.all_gather_object((sig, [g.hyper for g in snap.groups], frozenset(_CACHE)))
+    sigs = tuple(s for s, _, _ in gathered)
+    key = hashlib.sha256(repr((sigs, max_shard_bytes)).encode()).hexdigest()
+    exchanged = not all(key in cached for _, _, cached in gathered)
     if exchanged:
         first = {s: r for r, s in reversed(list(enumerate(sigs)))}
         described = comm.all_gather_object(mine if first[sig] == comm.rank else None)

@@ -131,7 +131,8 @@ class Monitor:
         over_rel = median is not None and c.grad_norm_factor and o.grad_norm > c.grad_norm_factor * median
         if not math.isfinite(o.grad_norm) or over_abs or over_rel:
             return Finding(FindingKind.GRAD_EXPLOSION, o.step, f"gradient norm {o.grad_norm:.4g} at step {o.step} exceeds "
-                           + (f"{c.grad_norm_max:g}" if over_abs else f"{c.grad_norm_factor:g}x its median {median:.4g}"),
+                           + ("any finite value" if not math.isfinite(o.grad_norm) else f"{c.grad_norm_max:g}" if over_abs
+                              else f"{c.grad_norm_factor:g}x its median {median:.4g}"),
                            {"grad_norm": o.grad_norm, "median": median, "max": c.grad_norm_max,
                             "factor": c.grad_norm_factor})
         return None

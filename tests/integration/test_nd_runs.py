@@ -99,7 +99,7 @@ def test_a_run_resharded_at_every_resume_trains_the_same_batches_and_losses(tmp_
     assert [e.details.world_size for e in ev if e.kind is Kind.START] == [4, 4, 1, 4]
     for ckpt in sorted((rdir / "checkpoints").glob("step_*")):
         state = json.loads((ckpt / "train_state.json").read_text())
-        assert state["samples_consumed"] == state["step"] * 4  # the same global batches, in order
+        assert state["data_state"]["samples_consumed"] == state["step"] * 4  # the same global batches, in order
     want, got = metrics(straight), metrics(rdir)
     assert sorted(got) == list(range(1, STEPS + 1))
     for step, row in want.items():

@@ -72,7 +72,7 @@ def test_resharding_into_and_out_of_tp2_pp2_keeps_the_global_batches(tmp_path):
     for ckpt in sorted((rdir / "checkpoints").glob("step_*")):
         state = json.loads((ckpt / "train_state.json").read_text())
         skipped = 5 if state["step"] > 20 else 0  # the rollback's
-        assert state["samples_consumed"] == (state["step"] + skipped) * 4  # data.global_batch_size in runs.SMALL
+        assert state["data_state"]["samples_consumed"] == (state["step"] + skipped) * 4  # data.global_batch_size in runs.SMALL
     got, straight = losses(rdir), losses(run_dir(tmp_path, "straight"))
     assert sorted(got) == sorted(straight) == list(range(1, STEPS + 1))
     worst = max(abs(got[s] - straight[s]) / abs(straight[s]) for s in straight)

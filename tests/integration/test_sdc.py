@@ -62,7 +62,8 @@ def test_three_replicas_outvote_the_flipped_one(tmp_path):
 
 def test_two_replicas_are_settled_by_a_third_ranks_rerun_of_the_update(tmp_path):
     # HSDP 2 x 2: ranks 1 and 3 hold the same shard; rank 0 (of neither copy) re-runs its update
-    rdir, ev = flipped_and_twin(tmp_path, ["cluster.ranks=4", "parallel.dp_replicate=2"], step=5, rank=3)
+    rdir, ev = flipped_and_twin(tmp_path, ["cluster.ranks=4", "parallel.dp_replicate=2",
+                                           "data.micro_batch_size=1"], step=5, rank=3)
     d = the_finding(ev, 5, 3, tmp_path / "exclude.json")
     assert d.check == "replicas" and d.decided_by == "rerun" and d.source == "group 0"
     third = {x["rank"] for x in d.evidence if x.get("rerun_of") == 1}

@@ -42,6 +42,7 @@ def steady(n=20, **kw):
         (steady(), obs(21, grad=15.0), []),
         (steady(), obs(21, grad=float("nan")), ["grad_explosion"]),
         (steady(), obs(21, grad=0.0), ["grad_vanishing"]),
+        ([], obs(1, grad=float("nan")), ["grad_explosion"]),  # before any history: no median to name
         (steady(), obs(21, ranks=(0.1, 0.15)), []),
         (steady(), obs(21, waits=(0.0, 45.0)), ["data_stall"]),
         (steady(), obs(21, gpu={"util_pct": 20.0}), ["gpu_underutilized"]),
