@@ -54,8 +54,11 @@ sys.path.insert(0, str(REPO))
 
 from resilient_slurm.files import stamp_seconds  # noqa: E402
 from resilient_slurm.ledger import ReplicaHeal, ReplicaJoin, Resume, read_events, select  # noqa: E402
-from resilient_slurm.replica.plan import GROUP_ENV  # noqa: E402
+from resilient_slurm.process.launch import RankLaunch  # noqa: E402
 from resilient_slurm.rundir.metrics import read_metrics  # noqa: E402
+
+GROUP = RankLaunch.variable("replica_group")
+"""The variable that names a rank's replica group (how the bench finds a group's processes)."""
 
 KILL_AT = 30
 WARMUP = 5
@@ -230,7 +233,7 @@ def group_pid(rdir: Path, group: int) -> int:
         except OSError:
             continue
         if b"resilient_slurm.runtime.rank" in argv and str(rdir).encode() in argv and \
-                f"{GROUP_ENV}={group}".encode() in env:
+                f"{GROUP}={group}".encode() in env:
             return int(proc.name)
     sys.exit(f"bench/replica.py: no process of replica group {group} of {rdir}")
 

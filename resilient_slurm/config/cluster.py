@@ -67,7 +67,6 @@ class ClusterConfig:
     """How long the live groups wait for a group that is still alive but late (a hang, a straggler)
     at the quorum or in the cross-group reduction before they go on without it. A group whose
     processes died is left after a few seconds (its heartbeat stops), whatever this says."""
-    """How long a surviving rank waits for the driver's word before it exits as any failed rank does."""
     tasks_per_node: int = 1
     """One task per rank: with GPUs, set it to gpus_per_node."""
     gpus_per_node: int = 0

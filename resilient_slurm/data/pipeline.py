@@ -52,6 +52,11 @@ class _Pipeline:
         """Rows consumed over all ranks: where the next global batch begins."""
         return self._sampler.state.samples_consumed
 
+    def consumed(self, position: int) -> None:
+        """The global batch at `position` was trained (cut by `batch_at`, as replica groups cut
+        theirs): the next one begins after it."""
+        self._sampler.state.samples_consumed = position + self.global_batch
+
     def skip(self, batches: int) -> tuple[int, list[int]]:
         """Move past `batches` global batches (a rollback past bad data): where they began, and the
         sample ids they held."""

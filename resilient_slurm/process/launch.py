@@ -23,6 +23,9 @@ _OURS = {
     "rejoin": "RESILIENT_SLURM_REJOIN",
     "join": "RESILIENT_SLURM_JOIN",
     "standby": "RESILIENT_SLURM_STANDBY",
+    "replica_group": "RESILIENT_SLURM_REPLICA_GROUP",
+    "replica_heal": "RESILIENT_SLURM_REPLICA_HEAL",
+    "lighthouse": "RESILIENT_SLURM_LIGHTHOUSE",
 }
 _TORCHRUN = {
     "rank": "RANK",
@@ -58,6 +61,14 @@ class RankLaunch:
     """A replacement step's task: the generation it joins."""
     standby: bool = False
     """A standby on a spare: it makes itself ready, then waits to be woken into a generation."""
+    replica_group: int | None = None
+    """With cluster.replica_ft: the replica group whose ranks alone make this rank's process group
+    (`rank` and `world_size` are then the group's); None: no replica groups."""
+    replica_heal: bool = False
+    """The rank replaces a lost replica group: it takes the state from a live group over the
+    network at its first quorum, and never reads a checkpoint."""
+    lighthouse: str = ""
+    """`host:port` of the replica groups' quorum server (the local launcher's or the driver's)."""
 
     def to_env(self) -> dict[str, str]:
         """Every field as an environment variable (for a child process: `env={**os.environ, **this}`)."""
@@ -74,7 +85,9 @@ class RankLaunch:
 
     def _ours(self) -> list[tuple[str, str]]:
         values = {"driven": "1" if self.driven else "0", "rejoin": "1" if self.rejoin else "0",
-                  "standby": "1" if self.standby else "0", "join": "" if self.join is None else str(self.join)}
+                  "standby": "1" if self.standby else "0", "join": "" if self.join is None else str(self.join),
+                  "replica_heal": "1" if self.replica_heal else "0",
+                  "replica_group": "" if self.replica_group is None else str(self.replica_group)}
         return [(name, values.get(k, str(getattr(self, k)))) for k, name in _OURS.items()]
 
     @staticmethod

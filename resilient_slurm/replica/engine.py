@@ -23,10 +23,6 @@ import torch
 
 from resilient_slurm.replica.plan import ReplicaPlace
 
-LIGHTHOUSE_ENV = "RESILIENT_SLURM_LIGHTHOUSE"
-"""host:port of the run's quorum server (the local launcher's or the job's driver's lighthouse)."""
-
-
 class QuorumFailed(RuntimeError):
     """No quorum formed within the timeout (fewer live groups than cluster.replica_min, or the
     lighthouse is gone): this rank ends as any failed rank does, and its supervisor decides."""

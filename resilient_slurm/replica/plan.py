@@ -12,13 +12,10 @@ are, stay those of the whole run.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-GROUP_ENV = "RESILIENT_SLURM_REPLICA_GROUP"
-"""Set by the supervisor for every rank of a run with replica groups: the rank's group."""
-HEAL_ENV = "RESILIENT_SLURM_REPLICA_HEAL"
-"""Set to 1 for the ranks of a replacement group: they heal from a live group, not from disk."""
+from resilient_slurm.process.launch import RankLaunch
 
 
 @dataclass(frozen=True)
@@ -38,12 +35,12 @@ class ReplicaPlace:
         return self.group * self.group_size + local
 
 
-def place_from_env(env: Mapping[str, str], groups: int, group_size: int) -> ReplicaPlace:
+def place_from_launch(launch: RankLaunch, groups: int, group_size: int) -> ReplicaPlace:
     """The place the supervisor gave this rank (its process group is its replica group's)."""
-    if GROUP_ENV not in env:
-        raise ValueError(f"cluster.replica_ft is on but {GROUP_ENV} is not set: start the run with "
-                         f"python -m resilient_slurm.launch, which starts each replica group")
-    return ReplicaPlace(int(env[GROUP_ENV]), groups, group_size, heal=env.get(HEAL_ENV) == "1")
+    if launch.replica_group is None:
+        raise ValueError(f"cluster.replica_ft is on but {RankLaunch.variable('replica_group')} is not set: start the "
+                         f"run with python -m resilient_slurm.launch, which starts each replica group")
+    return ReplicaPlace(launch.replica_group, groups, group_size, heal=launch.replica_heal)
 
 
 def place_of(rank: int, groups: int, group_size: int) -> tuple[int, int]:

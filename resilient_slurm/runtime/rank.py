@@ -35,7 +35,7 @@ from resilient_slurm.session.context import RunOutcome
 from resilient_slurm.process.launch import RankLaunch, mark_generation
 from resilient_slurm.process.signals import StopRequest, install_stop_handlers
 from resilient_slurm.process.threads import rank_threads
-from resilient_slurm.replica.plan import place_from_env
+from resilient_slurm.replica.plan import place_from_launch
 
 log = logging.getLogger("resilient_slurm")
 
@@ -54,7 +54,8 @@ def run(
     stop = stop or install_stop_handlers()
     me: RankInfo = info or RankInfo.from_env()
     if cfg.cluster.replica_ft and me.replica is None:  # this process group is one replica group's
-        me = replace(me, replica=place_from_env(os.environ, cfg.parallel.dp_replicate, me.world_size))
+        me = replace(me, replica=place_from_launch(RankLaunch.from_env(os.environ), cfg.parallel.dp_replicate,
+                                                    me.world_size))
     if cfg.train.deterministic:
         # cuBLAS is only deterministic with a fixed workspace, and torch refuses it in deterministic
         # mode without one; set before the first matmul creates the handle. No effect on the CPU.

@@ -94,13 +94,12 @@ class Session:
         self._gpu = GpuSampler(comm.local_rank, cfg.monitor.gpu_sample_s)
         self._heartbeat = Heartbeat.from_env(comm.global_rank, rejoin.generation())
         self._replay = ReplayVerification(cfg, comm, events, self._checkpointer)
-        replica = comm.replica
-        self.speaks = comm.rank == 0 and (replica is None or (replica.group == 0 and not replica.heal))
-        """This rank records the attempt itself (its start, resume, data): rank 0; with replica groups,
-        rank 0 of the first group, unless it is a replacement (the attempt began before it)."""
+        g = comm.replica
+        self.speaks = comm.rank == 0 and (g is None or (g.group == 0 and not g.heal))
+        """Records the attempt itself (start, resume, data): rank 0 (of group 0 and not a replacement)."""
         self.leads = True
-        """This rank's group writes the run's step records (metrics, saves, the finish): with replica
-        groups, the lowest live one, which the trainer sets at every quorum."""
+        """Its group writes the step records (metrics, saves, finish): with replica groups, the lowest
+        live one, which the trainer sets at every quorum."""
         self._progress = Progress()
         self._tracked_through = -1
         self._stopped = False
@@ -191,9 +190,13 @@ class Session:
         self._replay.arm(restored, moved, self._checkpointer.ledger)
         return restored.train_state if restored else None
 
+    def resumed_at(self, step: int) -> None:
+        """The step the replica groups' first quorum agreed on: metrics after it go (`resume` left them)."""
+        if self._metrics is not None and self.leads:
+            self._metrics.truncate_after(step)
+
     def adopt(self, ts: TrainState) -> None:
-        """Where a state that came from elsewhere stands (a replica group healed from a live one):
-        progress, data position and the save clock, as a resume from it would set them."""
+        """A state from elsewhere (a replica group healed from a live one), taken as a resume takes one."""
         self._come_back(ts)
         self._checkpointer.restart_clock(ts.step)
         self._last_end = time.perf_counter()
@@ -246,9 +249,8 @@ class Session:
         return self.after_step(step, sync)
 
     def save(self, step: int, reason: str = "requested") -> None:
-        """Save `step` now (every rank, at the same step), besides what the policies save; with
-        replica groups, only the leading group saves (the others hold the same state)."""
-        if not self.leads:
+        """Save `step` now (every rank, at the same step), besides what the policies save."""
+        if not self.leads:  # another replica group saves the same state
             return
         self.announce("save")
         self._checkpointer.save(step, self._snapshot(reason), reason)
@@ -322,8 +324,7 @@ class Session:
     def sync(self, step: int, compute_s: float = 0.0, wait_s: float = 0.0, stop: bool | None = None) -> StepSync:
         """The step's one all-reduce: every rank learns whether any rank must stop. `stop`: what this
         rank says instead of its own stop request (the replica groups' agreed flag)."""
-        c = self._comm
-        asked = self._stop.requested if stop is None else stop
+        c, asked = self._comm, self._stop.requested if stop is None else stop
         values = StepSync.encode(asked, c.rank == 0 and self._checkpointer.time_due(), c.rank,
                                  c.world_size, compute_s, wait_s, self._replay.pending)
         return StepSync.decode(c.sum_floats(values), c.world_size)
@@ -406,11 +407,6 @@ class Session:
         self._tracker.rewind(step)
         self._tracked_through = min(self._tracked_through, step)
         return restored, self._metrics.truncate_after(step) if self._metrics and self.leads else []
-
-    @property
-    def stop_requested(self) -> bool:
-        """This rank was asked to stop (with replica groups, the trainer agrees it over the groups)."""
-        return self._stop.requested
 
     def heal_snapshot(self) -> Snapshot:
         """This rank's whole state as it stands, for a replacement replica group to heal from."""

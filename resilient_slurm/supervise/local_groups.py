@@ -29,7 +29,6 @@ from resilient_slurm.ledger import EventLog, RankExit, RanksKilled, ReplicaJoin,
 from resilient_slurm.monitor.heartbeats import culprits
 from resilient_slurm.process.signals import STOP_SIGNALS, Forwarder, forward_signals, stop_signals_held
 from resilient_slurm.replica import plan
-from resilient_slurm.replica.engine import LIGHTHOUSE_ENV
 from resilient_slurm.replica.lighthouse import Lighthouse
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.process.launch import RankLaunch
@@ -61,11 +60,10 @@ class LocalGroups:
             rank = group * self.size + local
             launch = RankLaunch(run_dir=str(self.run_dir), rank=local, world_size=self.size, local_rank=rank,
                                 local_world_size=n, master_addr="127.0.0.1", master_port=port,
-                                heartbeat=self.monitor.address if self.monitor is not None else "")
-            env = {**os.environ, **launch.to_env(), plan.GROUP_ENV: str(group), plan.HEAL_ENV: "1" if heal else "0",
-                   LIGHTHOUSE_ENV: self.lighthouse}
+                                heartbeat=self.monitor.address if self.monitor is not None else "",
+                                replica_group=group, replica_heal=heal, lighthouse=self.lighthouse)
             proc = subprocess.Popen([sys.executable, "-m", "resilient_slurm.runtime.rank", str(self.run_dir)],
-                                    env=env, preexec_fn=die_with_parent)
+                                    env={**os.environ, **launch.to_env()}, preexec_fn=die_with_parent)
             if rank < len(self.procs):
                 self.procs[rank] = proc
             else:

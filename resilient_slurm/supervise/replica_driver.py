@@ -14,53 +14,42 @@ others go on without it.
 
 Refused (`replica.plan.refusal`: every group lost at once, no live group, fewer than
 cluster.replica_min, or a replacement that failed before it joined; one line in the ledger,
-`replica_refused`): every step is killed and the run starts again from the newest checkpoint, as a
-driver restarts after any failure (the restart budget and the crash-loop guard of
-`recovery.decide`), on spares for the lost nodes, or, without enough nodes, through the queue.
+`replica_refused`): every step is killed, and the start ends as a failed step does.
 
-When every group's step has ended in order (finished, stopped by a signal, gave up), the run ends as
-it would without groups: finished, requeued after the time-limit warning, or left to Slurm.
+Either way, once every group's step has ended, the driver concludes as it does without groups
+(`conclusion.conclude` on the start's facts, then `Driver.act`): finished; a failure restarts every
+group from the newest checkpoint inside the allocation (the restart budget and the crash-loop guard
+of `recovery.decide`; spares for the lost nodes), or through the queue without enough nodes; a
+time-limit warning requeues; a stop Slurm asked for is left to Slurm.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from resilient_slurm import recovery
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.files import stamp_seconds
-from resilient_slurm.ledger import (
-    Crash,
-    Finish,
-    GaveUp,
-    ReplicaJoin,
-    ReplicaRefused,
-    Signal,
-    Stop,
-    read_events,
-    read_new_events,
-    select,
-)
+from resilient_slurm.ledger import Crash, ReplicaJoin, ReplicaRefused, read_events, read_new_events, select
 from resilient_slurm.monitor.heartbeats import culprits
+from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.replica import plan
-from resilient_slurm.replica.engine import LIGHTHOUSE_ENV
 from resilient_slurm.replica.lighthouse import Lighthouse
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.session import rejoin
 from resilient_slurm.slurm import placement, scontrol
 from resilient_slurm.slurm.env import master_port
 from resilient_slurm.slurm.placement import Allocation
+from resilient_slurm.slurm.step_end import StepEnd, judge
+from resilient_slurm.supervise import conclusion as c
 from resilient_slurm.supervise.hangs import record_hang
+from resilient_slurm.supervise.job import DriverJob, say
 from resilient_slurm.supervise.steps import Generation
-from resilient_slurm.supervise.task import GaveUp as GaveUpError
-from resilient_slurm.supervise.task import requeue
 
 if TYPE_CHECKING:
-    from resilient_slurm.supervise.driver import SlurmDriver
+    from resilient_slurm.supervise.driver import Driver
 
 POLL_S = 0.05
 AT_ONCE_S = 1.0
@@ -85,40 +74,49 @@ class Group:
         return bool(self.gen.reports) or any(s.proc.poll() not in (None, 0) for s in self.gen.sruns)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Ending:
     """How a start of every group ended."""
 
+    step_id: int | None
+    """The first group's step: the attempt key the driver writes under."""
     refused: str = ""
     lost: tuple[str, ...] = ()
-    last_step: int | None = None
-    groups: list[int] = field(default_factory=list)
+    """Nodes whose tasks vanished in the failure that was refused."""
+    decided_at: float = 0.0
+    """When the driver refused (0: every group ended by itself)."""
 
 
 class ReplicaDriver:
-    def __init__(self, driver: SlurmDriver) -> None:
+    def __init__(self, driver: Driver) -> None:
         self.d = driver
         self.cfg = driver.cfg
-        c = self.cfg.cluster
+        self.job: DriverJob = driver.job
         self.groups_n = self.cfg.parallel.dp_replicate
-        self.per_node = c.tasks_per_node
+        self.per_node = self.cfg.cluster.tasks_per_node
+        self.alloc: Allocation | None = None
         self.replaced = 0
         """Replacements started: each has its own instruction file (its `generation` in the name)."""
 
     def run(self, alloc: Allocation) -> str:
-        c = self.cfg.cluster
-        lighthouse = Lighthouse(c.replica_min, c.replica_timeout_s)
-        os.environ[LIGHTHOUSE_ENV] = lighthouse.address  # every step the driver starts inherits it
+        """Starts of every group until the driver's conclusion is not a restart inside the allocation."""
+        k = self.cfg.cluster
+        lighthouse = Lighthouse(k.replica_min, k.replica_timeout_s)
+        # Every task is told where the groups meet. A group's failure ends its own step and the
+        # driver replaces it, so no survivor waits for the driver's word (rejoin off).
+        self.job = replace(self.d.job, launch=replace(self.d.job.launch, lighthouse=lighthouse.address, rejoin=False))
         try:
             while True:
                 if self.d.stop.requested:
-                    sys.exit(int(ExitCode.RESUME))
+                    self.d.act(c.LeaveToSlurm("stop requested"), None)
                 began = time.time()
                 ending = self._start(alloc)
-                self.d.standbys.dismiss(self.d.job_id)
-                if not ending.refused:
-                    return self._conclude(began)
-                alloc = self._restart_all(alloc, ending)
+                self.d.standbys.dismiss(self.job.job_id)
+                assert self.alloc is not None
+                done = self.d.act(c.conclude(self._ended(ending, began, self.alloc)), ending.step_id)
+                if isinstance(done, str):
+                    return done
+                alloc = done[0]
         finally:
             lighthouse.close()
 
@@ -130,16 +128,16 @@ class ReplicaDriver:
         groups = [Group(g, alloc.in_use[g * per_group:(g + 1) * per_group], Generation([]))
                   for g in range(self.groups_n)]
         for g in groups:
-            g.gen.start(self._argv(g.nodes, self.per_node, g.index, heal=False), g.nodes)
+            g.gen.start(self._argv(g.nodes, self.per_node, self._told(g.index, heal=False)), g.nodes)
         if d.monitor is not None:
-            d.monitor.restart(0)
+            d.monitor.restart(0, len(alloc.in_use) * self.per_node)
         if self.cfg.cluster.standby and alloc.spares:
             groups[-1].gen.sruns[0].named.wait(NAMED_S)  # the groups' steps get the first ids
-            d.standbys.start(lambda node: d._argv((node,), 1, (f"{rejoin.STANDBY_ENV}=1",)), alloc.spares,
-                             self.per_node)
-        _say(f"{self.groups_n} replica groups on {', '.join('+'.join(g.nodes) for g in groups)}; spares: "
-             f"{','.join(alloc.spares) or 'none'}")
-        ledger_at = _size(RunDir(d.path).events)
+            d.standbys.start(lambda node: self._argv((node,), 1, replace(self.job.launch, standby=True)),
+                             alloc.spares, self.per_node)
+        say(f"{self.groups_n} replica groups on {', '.join('+'.join(g.nodes) for g in groups)}; spares: "
+            f"{','.join(alloc.spares) or 'none'}")
+        ledger_at = _size(RunDir(self.job.path).events)
         while any(g.gen.running() for g in groups):
             time.sleep(POLL_S)
             ledger_at = self._joined(groups, ledger_at)
@@ -161,17 +159,18 @@ class ReplicaDriver:
                 return self._refuse(groups, sorted(failed), refused)
             for index in sorted(failed):
                 self._replace(groups[index])
-        return Ending()
+        return Ending(groups[0].gen.step_id)
 
-    def _argv(self, nodes: tuple[str, ...], tasks_per_node: int, group: int, heal: bool,
-              env: tuple[str, ...] = ()) -> list[str]:
-        return self.d._argv(nodes, tasks_per_node, (f"{plan.GROUP_ENV}={group}", f"{plan.HEAL_ENV}={int(heal)}",
-                                                   *env))
+    def _told(self, group: int, heal: bool, join: int | None = None) -> RankLaunch:
+        return replace(self.job.launch, replica_group=group, replica_heal=heal, join=join)
+
+    def _argv(self, nodes: tuple[str, ...], tasks_per_node: int, launch: RankLaunch) -> list[str]:
+        return self.job.argv(nodes, tasks_per_node, launch)
 
     def _joined(self, groups: list[Group], at: int) -> int:
         if not any(g.joining for g in groups):
             return at
-        news, at = read_new_events(RunDir(self.d.path).events, at)
+        news, at = read_new_events(RunDir(self.job.path).events, at)
         for e in select(news, ReplicaJoin):
             groups[e.details.group].joining = False
         return at
@@ -189,25 +188,28 @@ class ReplicaDriver:
         front = monitor.wavefront(running)
         hung = culprits(silent, front)
         nodes = {r: groups[r // size].nodes[(r % size) // self.per_node] for r in running}
-        context = {s.rank: self.d._context(groups[s.rank // size].gen.step_id, nodes[s.rank]) for s in hung}
-        record_hang(self.d.path, hung, front, running, nodes, {}, context, self.d.cfg.health.node_record)
+        context = {s.rank: self.job.context(groups[s.rank // size].gen.step_id, nodes[s.rank]) for s in hung}
+        record_hang(self.job.path, hung, front, running, nodes, {}, context, self.cfg.health.node_record,
+                    self.job.job_id)
         return {s.rank // size for s in hung}
 
     def _kill(self, g: Group) -> None:
         for s in g.gen.sruns:
             if s.proc.poll() is None:
-                scontrol.kill_step(self.d.job_id, s.step_id)
+                scontrol.kill_step(self.job.job_id, s.step_id)
         for s in g.gen.sruns:
             s.proc.wait()
 
     def _replace(self, g: Group) -> None:
         """Group g's step killed; its ranks started anew (a lost node's on a spare), to heal and join."""
+        assert self.alloc is not None
+        job = self.job
         lost = [r.node for r in g.gen.reports if not r.exited]
         self._kill(g)
         placed = placement.replace_group(self.alloc, g.nodes, lost)
         if placed is None:
             g.out = True
-            _say(f"replica group {g.index} stays out: no spare for {', '.join(lost)}; the others go on without it")
+            say(f"replica group {g.index} stays out: no spare for {', '.join(lost)}; the others go on without it")
             return
         self.alloc, nodes = placed
         self.replaced += 1
@@ -219,87 +221,60 @@ class ReplicaDriver:
             s = self.d.standbys.take(node)
             if s is not None:
                 gen.adopt(s)
-                rejoin.wake(self.d.path, self.d.job_id, self.d.restart, s.step_id or 0, generation)
+                rejoin.wake(job.path, job.job_id, job.restart, s.step_id or 0, generation)
             else:
-                s = gen.start(self._argv((node,), 1, g.index, heal=True, env=(f"{rejoin.JOIN_ENV}={generation}",)),
-                              (node,))
+                s = gen.start(self._argv((node,), 1, self._told(g.index, heal=True, join=generation)), (node,))
             if not s.named.wait(NAMED_S) or s.step_id is None:
-                _say(f"srun did not start rank {local} of replica group {g.index} on {node}")
+                say(f"srun did not start rank {local} of replica group {g.index} on {node}")
                 g.out = True
                 return
             ranks[s.step_id] = local
         first = min(ranks)
-        rejoin.write_instruction(self.d.path, self.d.job_id, self.d.restart, rejoin.Instruction(
-            generation, first, scontrol.node_address(nodes[0]), master_port(self.d.job_id, first), len(ranks),
+        rejoin.write_instruction(job.path, job.job_id, job.restart, rejoin.Instruction(
+            generation, first, scontrol.node_address(nodes[0]), master_port(job.job_id, first), len(ranks),
             ranks, self.per_node, time.time(), replica_group=g.index))
         if self.d.monitor is not None:
             size = len(nodes) * self.per_node
             self.d.monitor.restart_ranks(range(g.index * size, (g.index + 1) * size))
         moved = [f"{a} -> {b}" for a, b in zip(g.nodes, nodes) if a != b]
         g.nodes, g.gen, g.joining = nodes, gen, True
-        _say(f"replica group {g.index} starts anew on {'+'.join(nodes)} ({', '.join(moved) or 'in place'}); "
-             f"the others go on")
+        say(f"replica group {g.index} starts anew on {'+'.join(nodes)} ({', '.join(moved) or 'in place'}); "
+            f"the others go on")
 
     def _refuse(self, groups: list[Group], failed: list[int], reason: str) -> Ending:
         """Going on is refused: every group's step killed; the failure recorded for the restart budget."""
+        decided_at = time.time()
         lost = tuple(r.node for g in groups if g.index in failed for r in g.gen.reports if not r.exited)
         for g in groups:
             self._kill(g)
-        history = read_events(RunDir(self.d.path).events)
+        history = read_events(RunDir(self.job.path).events)
         last = max((e.step for e in history if isinstance(e.step, int)), default=None)
-        log = self.d._log(groups[0].gen.step_id)
+        log = self.job.log(groups[0].gen.step_id)
         log.emit(ReplicaRefused(groups=failed, reason=reason), last)
         log.emit(Crash(error=f"ReplicaGroupsLost: {reason}", traceback=""), last)
-        _say(f"every process restarts: {reason}")
-        return Ending(reason, lost, last, failed)
+        say(f"every process restarts: {reason}")
+        return Ending(groups[0].gen.step_id, reason, lost, decided_at)
 
     # --- after a start
-    def _restart_all(self, alloc: Allocation, ending: Ending) -> Allocation:
-        """A start of every group anew from the newest checkpoint (spares for the lost nodes), or the
-        queue when the allocation cannot hold it, or giving up (the restart budget)."""
-        d = self.d
-        history = read_events(RunDir(d.path).events)
-        decision = recovery.decide(ExitCode.FAILED, None, ending.refused, history, self.cfg.cluster.max_restarts)
-        log = d._log(None)
-        if decision.action is recovery.Action.GIVE_UP:
-            log.emit(GaveUp(reason=decision.reason), ending.last_step)
-            raise GaveUpError(decision.reason)
-        placed = placement.after_failure(alloc, ending.lost)
-        if placed.move is not placement.Move.RESTART:
-            why = recovery.Decision(recovery.Action.REQUEUE, f"{ending.refused}; {placed.reason}",
-                                    exclude_nodes=tuple(sorted(set(placed.exclude))))
-            requeue(d.job_id, why, ending.last_step, self.cfg.cluster.exclude_file,
-                    self.cfg.health.exclude_ttl_h * 3600.0, log)
-            sys.exit(int(ExitCode.RESUME))
-        _say(f"restarting every replica group inside the allocation: {placed.reason}")
-        return placed.allocation
-
-    def _conclude(self, began: float) -> str:
-        """Every group ended in order: finished, or stopped (the time-limit warning requeues)."""
-        d = self.d
-        ours = [e for e in read_events(RunDir(d.path).events)
-                if (e.job_id, e.restart) == (d.job_id, d.restart) and stamp_seconds(e.time) >= began]
+    def _ended(self, ending: Ending, began: float, alloc: Allocation) -> c.Ended:
+        """The facts of a start of every group, for `conclusion.conclude`: a refusal ends it as a
+        failed step; otherwise the groups' own records say how (finished, stopped, gave up, failed)."""
+        job = self.job
+        history = read_events(RunDir(job.path).events)
+        ours = [e for e in history if (e.job_id, e.restart) == (job.job_id, job.restart)
+                and stamp_seconds(e.time) >= began]
         last = max((e.step for e in ours if isinstance(e.step, int)), default=None)
-        if select(ours, Finish):
-            return f"finished at step {last}"
-        if gave_up := select(ours, GaveUp):
-            raise GaveUpError(gave_up[-1].details.reason)
-        signals = [e.details.signal for e in select(ours, Signal)]
-        if d.stop.requested or not select(ours, Stop) or not signals or signals[0] not in recovery.WARNING_SIGNALS:
-            sys.exit(int(ExitCode.RESUME))  # Slurm is ending the job, or a stop it asked for
-        decision = recovery.Decision(recovery.Action.REQUEUE, f"{signals[0]}: time-limit warning or preemption "
-                                                              f"notice; saved and requeued")
-        requeue(d.job_id, decision, last, self.cfg.cluster.exclude_file, self.cfg.health.exclude_ttl_h * 3600.0,
-                d._log(None))
-        sys.exit(int(ExitCode.RESUME))
+        end = StepEnd(ExitCode.FAILED, error=f"ReplicaGroupsLost: {ending.refused}") if ending.refused \
+            else judge(ours, [])
+        ended_at = time.time()
+        return c.Ended(end=end, ours=tuple(ours), history=tuple(history), allocation=alloc, nodes=alloc.in_use,
+                       srun_code=None, stop_requested=self.d.stop.requested, max_restarts=self.cfg.cluster.max_restarts,
+                       ended_at=ended_at, lost_nodes=ending.lost, decided_at=ending.decided_at,
+                       killed_at=ended_at if ending.refused else 0.0, refused=ending.refused, last_step=last)
 
 
-def _size(path: Any) -> int:
+def _size(path: Path) -> int:
     try:
-        return int(path.stat().st_size)
+        return path.stat().st_size
     except OSError:
         return 0
-
-
-def _say(message: str) -> None:
-    print(f"resilient_slurm driver: {message}", file=sys.stderr, flush=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,8 +76,8 @@ class SlurmTask:
         from resilient_slurm.slurm.env import SlurmEnv, master_port
         from resilient_slurm.supervise.health_watch import NodeHealthWatch
         from resilient_slurm.slurm.scontrol import node_address
-        from resilient_slurm.process.launch import RankLaunch
-        from resilient_slurm.replica.plan import GROUP_ENV
+        from resilient_slurm.process.launch import RankLaunch, mark_generation
+        from resilient_slurm.replica.plan import place_from_launch
 
         run_dir = Path(self.run_dir)
         launch = RankLaunch.from_env(os.environ)
@@ -87,13 +88,16 @@ class SlurmTask:
         cfg = load_config(run_dir)
         joining = _joining(run_dir, env, stop, launch)
         if joining is not None and joining.replica_group is not None:
-            _join_replica_group(joining.replica_group)
+            # A replica group's replacement: it heals from a live group, and beats in the one
+            # generation all groups share (the driver restarts ranks in the monitor, not generations).
+            launch = replace(launch, replica_group=joining.replica_group, replica_heal=True)
+            mark_generation(os.environ, 0)
         rank = env.procid if joining is None else joining.replaced[env.step_id] + env.procid
         # Every rank of a generation writes under its attempt key, whichever step it runs in.
         context = env.context() if joining is None else {**env.context(), "job_step": joining.job_step}
         events = EventLog(RunDir(run_dir).events, rank=rank, context=context)
         # A generation's attempt is the driver's to record; with replica groups, group 0's start's.
-        if env.procid == 0 and joining is None and os.environ.get(GROUP_ENV, "0") == "0":
+        if env.procid == 0 and joining is None and not launch.replica_group:
             history = read_events(RunDir(run_dir).events)
             cause = recovery.restart_cause(history, env.attempt)
             events.emit(Attempt(nodes=list(env.nodes), ntasks=env.ntasks, cause=cause), None)
@@ -103,6 +107,8 @@ class SlurmTask:
         else:  # a replacement rank: the generation's world, as the driver's word has it
             info = RankInfo(rank, joining.world_size, rank % joining.tasks_per_node, joining.master_addr,
                             joining.master_port, env.nodename, env.local_ntasks)
+        if cfg.cluster.replica_ft:  # this step's ranks are one replica group: its process group
+            info = replace(info, replica=place_from_launch(launch, cfg.parallel.dp_replicate, info.world_size))
         kernel_log = cfg.health.kernel_log.replace("%n", env.nodename) if cfg.health.kernel_log else None
         oom_watch = OomWatch(memory_cgroup_dirs(), kernel_log)  # only kills from now on count
 
@@ -224,16 +230,6 @@ def _joining(run_dir: Path, env: SlurmEnv, stop: StopRequest, launch: RankLaunch
     if word is None:
         raise RuntimeError(f"no word from the driver at {path} within {JOIN_TIMEOUT_S:.0f} s")
     return word
-
-
-def _join_replica_group(group: int) -> None:
-    """A standby (or new process) woken into a replica group's replacement: the group it forms, a
-    replacement's heal, and the one heartbeat generation every replica group shares (the driver
-    restarts the monitor's ranks, not generations, when it replaces a group)."""
-    from resilient_slurm.replica.plan import GROUP_ENV, HEAL_ENV
-    from resilient_slurm.session import rejoin
-
-    os.environ.update({GROUP_ENV: str(group), HEAL_ENV: "1", rejoin.GENERATION_ENV: "0"})
 
 
 def _claim(run_dir: Path, attempt: tuple[str, int, int], what: str = "") -> bool:

@@ -7,9 +7,9 @@ step's sums span the live groups (`trainer/step.py`); a step whose reductions fa
 under the next quorum, from the same data. The lowest live group writes the run's records.
 
 The ledger gets a group's leave (from the lowest live group, at the first quorum without it), a
-replacement's heal (what its rank 0 received) and its join (after its first committed step). The first quorum of a start waits for every group, up to cluster.replica_timeout_s,
-so that a start does not train short of a group only because that group's processes were slower
-to start.
+replacement's heal (what its rank 0 received) and its join (after its first committed step). The
+first quorum of a start waits for every group, up to cluster.replica_timeout_s, so that a start
+does not train short of a group only because that group's processes were slower to start.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from resilient_slurm.data.batches import Batch
 from resilient_slurm.data.pipeline import Sampler
 from resilient_slurm.files import stamp_seconds
 from resilient_slurm.ledger import EventLog
+from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.replica import plan
-from resilient_slurm.replica.engine import LIGHTHOUSE_ENV, Quorum, QuorumFailed, Replicas, StateFns
+from resilient_slurm.replica.engine import Quorum, QuorumFailed, Replicas, StateFns
 from resilient_slurm.rundir import record
 from resilient_slurm.session.distributed import Comm
 from resilient_slurm.session.session import Session
@@ -39,10 +40,11 @@ def open_replicas(cfg: Config, comm: Comm, place: plan.ReplicaPlace, state: Stat
     """This rank's part in the replica groups' quorum (torchft), on the lighthouse its supervisor runs."""
     from resilient_slurm.replica.torchft_engine import TorchftReplicas
 
-    lighthouse = os.environ.get(LIGHTHOUSE_ENV)
+    lighthouse = RankLaunch.from_env(os.environ).lighthouse
     if not lighthouse:
-        raise RuntimeError(f"cluster.replica_ft is on but {LIGHTHOUSE_ENV} is not set: start the run with "
-                           f"python -m resilient_slurm.launch, whose supervisor runs the replica groups' lighthouse")
+        raise RuntimeError(f"cluster.replica_ft is on but {RankLaunch.variable('lighthouse')} is not set: start the "
+                           f"run with python -m resilient_slurm.launch, whose supervisor runs the replica groups' "
+                           f"lighthouse")
     c = cfg.cluster
     return TorchftReplicas(place, rank=comm.rank, world_size=comm.world_size, store_addr=comm.store_addr,
                            store_port=comm.store_port, lighthouse=lighthouse, backend=comm.backend,
@@ -84,8 +86,8 @@ class ReplicaSteps:
             self.events.emit(ledger.ReplicaHeal(group=me, source=h.source, seconds=h.seconds, bytes=h.bytes), q.step)
             log.info("replica group %d healed from group %d at step %d (%.2f s, %d bytes per rank)", me, h.source,
                          q.step, h.seconds, h.bytes)
-        if self.first and not self.place.heal and s.leads and s.metrics is not None:
-            s.metrics.truncate_after(q.step)  # a resume's agreed step (resume() leaves it to here)
+        if self.first and not self.place.heal:
+            s.resumed_at(q.step)
         self.live, self.first = q.live, False
         return q
 

@@ -82,7 +82,7 @@ class StepOutcome:
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, comm: Comm, events: EventLog, stop: StopRequest,
                  on_hang: Any) -> None:
-        self.cfg, self.run_dir, self.comm, self.events = cfg, run_dir, comm, events
+        self.cfg, self.run_dir, self.comm, self.events, self.stop = cfg, run_dir, comm, events, stop
         t = cfg.train
         torch.use_deterministic_algorithms(t.deterministic)
         replica = comm.replica
@@ -259,7 +259,7 @@ class Trainer:
             poison = self.faults.poisons(step, position, self.cfg.data.global_batch_size)
             before_train = time.perf_counter()
             try:
-                result = self.runner.step(batch, poison=poison, stop=self.session.stop_requested,
+                result = self.runner.step(batch, poison=poison, stop=self.stop.requested,
                                           progress=lambda: self.session.beat(step, "micro_batch"))
             except NotCommitted as e:
                 log.warning("step %d dropped: %s; doing it again", step, e)
@@ -268,7 +268,7 @@ class Trainer:
                 if not self._out_of_memory(step, oom):
                     return None
                 continue
-            self.sampler.state.samples_consumed = position + self.cfg.data.global_batch_size
+            self.pipeline.consumed(position)
             self.replicated.committed(step)
             return Computed(step, result, start, before_train, wait, position)
 

@@ -17,8 +17,11 @@ import pytest
 
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind
-from resilient_slurm.replica.plan import GROUP_ENV
+from resilient_slurm.process.launch import RankLaunch
 from tests.integration.runs import events, finish, launch, run_dir, wait_for_step
+
+GROUP = RankLaunch.variable("replica_group")
+"""The variable that names a rank's replica group (how a test finds a group's processes)."""
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +39,7 @@ def group_pid(rdir: Path, group: int) -> int | None:
         except OSError:
             continue
         if b"resilient_slurm.runtime.rank" in argv and str(rdir).encode() in argv and \
-                f"{GROUP_ENV}={group}".encode() in env:
+                f"{GROUP}={group}".encode() in env:
             return int(proc.name)
     return None
 

@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 
 from resilient_slurm.ledger import Kind
-from resilient_slurm.replica.plan import GROUP_ENV
+from resilient_slurm.process.launch import RankLaunch
 from tests.integration.runs import events, run_dir
 from tests.slurm.jobs import STEPS, describe, job_state, reference, submit, wait_for_end, wait_for_step, wait_until
+
+GROUP = RankLaunch.variable("replica_group")
+"""The variable that names a rank's replica group (how a test finds a group's processes)."""
 
 pytestmark = pytest.mark.slurm
 
@@ -41,7 +44,7 @@ def group_task(job_id: str, group: int) -> tuple[int, str] | None:
             env = dict(item.partition(b"=")[::2] for item in (proc / "environ").read_bytes().split(b"\0"))
         except OSError:
             continue
-        if env.get(b"SLURM_JOB_ID") == job_id.encode() and env.get(GROUP_ENV.encode()) == str(group).encode():
+        if env.get(b"SLURM_JOB_ID") == job_id.encode() and env.get(GROUP.encode()) == str(group).encode():
             return int(proc.name), env[b"SLURMD_NODENAME"].decode()
     return None
 

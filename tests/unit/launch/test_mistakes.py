@@ -131,6 +131,13 @@ MISTAKES = [
     ([T, "cluster.replica_ft=true", "cluster.ranks=2", "parallel.dp_replicate=2", "cluster.replica_min=3"],
      CE + "cluster.replica_min: 3 is above parallel.dp_replicate=2, so no quorum could ever form; set it between 1 "
           "and 2"),
+    ([T, "cluster.replica_ft=true", "cluster.ranks=4", "parallel.dp_replicate=2", "parallel.pp=2", "eval.task_samples=0",
+      "data.micro_batch_size=1"],
+     CE + "cluster.replica_ft: not with pipeline parallelism yet (parallel.pp=2); set parallel.pp=1 or "
+          "cluster.replica_ft=false"),
+    ([T, "cluster.replica_ft=true", "cluster.ranks=2", "parallel.dp_replicate=2", "fault.sdc_step=2"],
+     CE + "fault.sdc_step: the SDC sentinel does not compare replicas across replica groups (cluster.replica_ft) yet, "
+          "so the flip would go unseen; set fault.sdc_step=0, or cluster.replica_ft=false"),
     # where the run lives
     ([T, "run.root="], CE + "run.root: empty; set it to the experiments directory"),
     ([T, "run.root=/sys/resilient_slurm_test"], CE + "run.root: cannot write to /sys/resilient_slurm_test (Operation "

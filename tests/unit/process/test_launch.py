@@ -10,7 +10,9 @@ FULL = RankLaunch(run_dir="/runs/a", rank=3, world_size=8, local_rank=1, local_w
 
 
 @pytest.mark.parametrize("launch", [FULL, RankLaunch(local_world_size=1),
-                                    RankLaunch(run_dir="/r", world_size=2, local_world_size=2, standby=True)])
+                                    RankLaunch(run_dir="/r", world_size=2, local_world_size=2, standby=True),
+                                    RankLaunch(world_size=2, local_world_size=2, replica_group=1, replica_heal=True,
+                                               lighthouse="10.0.0.1:29510")])
 def test_it_reads_back_what_it_wrote(launch):
     assert RankLaunch.from_env(launch.to_env()) == launch
 

@@ -3,6 +3,7 @@ writes, how the live groups changed, and when going on without a group is refuse
 
 import pytest
 
+from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.replica import plan
 from resilient_slurm.replica.plan import ReplicaPlace
 
@@ -91,8 +92,8 @@ def test_a_rank_outside_the_groups_is_refused():
 
 
 def test_the_place_a_supervisor_gives_a_rank():
-    env = {plan.GROUP_ENV: "1", plan.HEAL_ENV: "1"}
-    assert plan.place_from_env(env, 2, 4) == ReplicaPlace(1, 2, 4, heal=True)
-    assert plan.place_from_env({plan.GROUP_ENV: "0"}, 3, 1) == ReplicaPlace(0, 3, 1, heal=False)
-    with pytest.raises(ValueError, match=plan.GROUP_ENV):
-        plan.place_from_env({}, 2, 1)
+    told = RankLaunch(world_size=4, replica_group=1, replica_heal=True)
+    assert plan.place_from_launch(RankLaunch.from_env(told.to_env()), 2, 4) == ReplicaPlace(1, 2, 4, heal=True)
+    assert plan.place_from_launch(RankLaunch(replica_group=0), 3, 1) == ReplicaPlace(0, 3, 1, heal=False)
+    with pytest.raises(ValueError, match="RESILIENT_SLURM_REPLICA_GROUP"):
+        plan.place_from_launch(RankLaunch(), 2, 1)
