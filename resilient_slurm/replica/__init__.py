@@ -4,7 +4,7 @@ lost group healed from a live one over the network.
 
 Modules, from the plan outwards:
     plan            the groups, the deal of a missing group's micro-batches, who writes, refusals  [pure]
-    engine          the one seam: quorum, cross-group sum, commit; gather and heal for the SDC sentinel
+    engine          the one seam: quorum, cross-group sum, commit
     torchft_engine  the seam on torchft (Manager, lighthouse quorum, reconfigurable process group,
                     HTTP checkpoint transport)
     sums            what a step adds up over the groups: a few floats, the gradients (one flat buffer)

@@ -6,11 +6,6 @@ Every rank of every live group calls, once per step and in this order: `quorum()
 groups, then `commit()` before its optimizer step: False means some rank saw a reduction fail, and
 the step is dropped everywhere in its group and done again under the next quorum. Errors inside
 `sum_` are not raised: they make `commit()` False (and `errored()` True at once).
-
-Two calls are there for the silent-corruption sentinel, which compares what the live groups must
-hold alike: `gather(t)`, each live group's `t` by group (exact for integer fingerprints), and
-`request_heal()`, after which this group takes the whole state from a live one at the next quorum
-(every rank of the group calls it, between steps).
 """
 
 from __future__ import annotations
@@ -67,10 +62,6 @@ class Replicas(Protocol):
 
     def set_step(self, step: int) -> None:
         """The step this group's state is at, after a resume or a rollback from a checkpoint."""
-
-    def gather(self, tensor: torch.Tensor) -> dict[int, torch.Tensor]: ...
-
-    def request_heal(self) -> None: ...
 
     def close(self) -> None: ...
 

@@ -121,18 +121,6 @@ class TorchftReplicas:
     def set_step(self, step: int) -> None:
         self._manager.load_state_dict({"step": step, "batches_committed": step * self.place.groups})
 
-    def gather(self, tensor: torch.Tensor) -> dict[int, torch.Tensor]:
-        # An all-gather as a sum of one-hot rows: only the reduction torchft makes fault tolerant.
-        rows = torch.zeros((self.place.groups, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
-        rows[self.place.group] = tensor
-        self.sum_(rows)
-        live = sorted(group_of(i) for i in self._client.result.replica_ids)
-        return {g: rows[g] for g in live}
-
-    def request_heal(self) -> None:
-        # Behind every live group, this one heals from one of them at the next quorum.
-        self._manager.load_state_dict({"step": 0, "batches_committed": 0})
-
     def close(self) -> None:
         self._manager.shutdown(wait=False)
 

@@ -52,7 +52,7 @@ def test_a_healed_rank_takes_the_next_step_bit_identical_to_the_live_one():
     live = build(0)
     for _ in range(3):
         step(*live)
-    state = TrainState(step=3, tokens_seen=120, samples_consumed=12, global_batch_size=4)
+    state = TrainState(step=3, tokens_seen=120, data_state={"samples_consumed": 12, "global_batch_size": 4})
     received = over_the_wire(heal.payload(capture_snapshot(*live, state)))
     live_out = step(*live)  # from the RNG state the payload holds
 
