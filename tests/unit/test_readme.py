@@ -33,6 +33,10 @@ NOT_HERE_CHECKED = {
 
 # (a regular expression a README command matches from its start, where it runs)
 RUN_BY: list[tuple[str, str]] = [
+    (r"python -m resilient_slurm\.launch \+experiment=tiny_sft cluster\.ranks=2 parallel\.dp_replicate=2 "
+     r"cluster\.replica_ft=true",
+     "tests/integration/test_replica_groups.py::test_a_killed_group_is_replaced_from_the_live_one_and_the_run_matches_"
+     "its_twin"),
     (r"pip install torch==2\.13\.0 && pip install -e \. && python -m resilient_slurm\.launch \+experiment=tiny_sft$",
      "tests/integration/test_fresh_install.py::test_a_fresh_venv_installs_the_project_and_runs_the_quick_start"),
     (r"pip install torch==2\.13\.0 && pip install -e '\.\[test\]' && python -m pytest", ".ci/run"),

@@ -259,7 +259,7 @@ LOOP_FACE = {"from_env", "resume", "steps", "log", "end_of_step", "save", "close
              "step", "model", "optimizer", "scheduler", "run_dir", "paths"}
 TRAINER_SIDE = {"start", "sync", "advance", "after_step", "commit", "finish", "rollback", "announce", "beat", "track",
                 "saved", "committed_step", "checkpoint_root", "config_hash", "gpu", "sections", "replay_fallback",
-                "speaks", "leads", "adopt", "stop_requested", "heal_snapshot"}
+                "speaks", "leads", "adopt", "resumed_at", "heal_snapshot"}
 
 
 def test_the_session_shows_a_loop_its_face_and_the_trainer_its_side_and_nothing_else(cfg):
