@@ -30,7 +30,7 @@ PURE = ["monitor/detectors.py", "monitor/replay.py", "recovery.py", "launch/nami
         "checkpoint/collectives.py", "monitor/heartbeats.py", "monitor/stragglers.py", "supervise/conclusion.py",
         "process/launch.py", "health/node_policy.py", "analysis/faults.py", "data/tokens/idx_format.py", "data/tokens/plan.py",
         "data/tokens/position.py", "data/tokens/records.py", "replica/plan.py", "data/tokens/tiny_corpus.py", "launch/command.py",
-        "session/step_sync.py", "session/step_record.py",
+        "session/step_sync.py", "session/step_record.py", "session/replica_place.py",
         "parallel/estimate.py", "launch/plan_report.py",
         *(f"config/{m}.py" for m in ("checks", "families", "run", "model", "data", "train", "checkpoint", "cluster", "monitor",
                                      "tracking", "faults", "sweep", "schema", "overrides", "harness", "parallel"))]

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from resilient_slurm.replica.plan import ReplicaPlace
+from resilient_slurm.session.replica_place import ReplicaPlace
 
 class QuorumFailed(RuntimeError):
     """No quorum formed within the timeout (fewer live groups than cluster.replica_min, or the

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from resilient_slurm.replica.engine import Heal, Quorum, QuorumFailed, StateFns
-from resilient_slurm.replica.plan import ReplicaPlace
+from resilient_slurm.session.replica_place import ReplicaPlace
 
 GROUP_PREFIX = "replica_group_"
 """torchft's replica id is `<prefix><group>`: its own global-rank arithmetic reads the trailing digits."""

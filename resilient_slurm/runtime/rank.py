@@ -35,7 +35,7 @@ from resilient_slurm.session.context import RunOutcome
 from resilient_slurm.process.launch import RankLaunch, mark_generation
 from resilient_slurm.process.signals import StopRequest, install_stop_handlers
 from resilient_slurm.process.threads import rank_threads
-from resilient_slurm.replica.plan import place_from_launch
+from resilient_slurm.session.replica_place import place_from_launch
 
 log = logging.getLogger("resilient_slurm")
 

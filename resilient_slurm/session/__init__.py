@@ -7,6 +7,7 @@ Modules, from the session outwards:
     session      the Session: its lifecycle, the agreed stop, saves, ledger, metrics, tracker
     context      what the launcher hands a user's function's Session, and how the rank ended
     distributed  process group, rank information and the few collectives the loop uses
+    replica_place  where a rank sits among the replica groups (cluster.replica_ft)           [pure]
     heartbeat    the rank's beats to the monitor outside the training processes (UDP)
     collectives  each process group's sequence number and the training thread's collective waits;
                  the flight recorder's environment and dump

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from resilient_slurm.replica.plan import ReplicaPlace
+from resilient_slurm.session.replica_place import ReplicaPlace
 from resilient_slurm.process.launch import RankLaunch
 
 

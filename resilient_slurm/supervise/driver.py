@@ -131,7 +131,7 @@ class Driver:
         if self.cfg.cluster.replica_ft:
             from resilient_slurm.supervise.replica_driver import ReplicaDriver
 
-            return ReplicaDriver(self).run(alloc)
+            return ReplicaDriver(self.job, self.stop, self.monitor, self.standbys, self.act).run(alloc)
 
         pending: c.PendingRestart | None = None
         while True:

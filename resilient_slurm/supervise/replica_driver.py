@@ -26,15 +26,16 @@ time-limit warning requeues; a stop Slurm asked for is left to Slurm.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.files import stamp_seconds
 from resilient_slurm.ledger import Crash, ReplicaJoin, ReplicaRefused, read_events, read_new_events, select
 from resilient_slurm.monitor.heartbeats import culprits
 from resilient_slurm.process.launch import RankLaunch
+from resilient_slurm.process.signals import StopRequest
 from resilient_slurm.replica import plan
 from resilient_slurm.replica.lighthouse import Lighthouse
 from resilient_slurm.rundir import RunDir
@@ -45,11 +46,13 @@ from resilient_slurm.slurm.placement import Allocation
 from resilient_slurm.slurm.step_end import StepEnd, judge
 from resilient_slurm.supervise import conclusion as c
 from resilient_slurm.supervise.hangs import record_hang
+from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
 from resilient_slurm.supervise.job import DriverJob, say
+from resilient_slurm.supervise.standby import Standbys
 from resilient_slurm.supervise.steps import Generation
 
-if TYPE_CHECKING:
-    from resilient_slurm.supervise.driver import Driver
+Act = Callable[[c.Conclusion, int | None], str | tuple[Allocation, c.PendingRestart]]
+"""`Driver.act`: the one place the driver acts on a conclusion."""
 
 POLL_S = 0.05
 AT_ONCE_S = 1.0
@@ -88,10 +91,11 @@ class Ending:
 
 
 class ReplicaDriver:
-    def __init__(self, driver: Driver) -> None:
-        self.d = driver
-        self.cfg = driver.cfg
-        self.job: DriverJob = driver.job
+    def __init__(self, job: DriverJob, stop: StopRequest, monitor: HeartbeatMonitor | None, standbys: Standbys,
+                 act: Act) -> None:
+        """The driver's job, stop request, heartbeat monitor and standbys; `act`, its `Driver.act`."""
+        self.job, self.stop, self.monitor, self.standbys, self.act = job, stop, monitor, standbys, act
+        self.cfg = job.cfg
         self.groups_n = self.cfg.parallel.dp_replicate
         self.per_node = self.cfg.cluster.tasks_per_node
         self.alloc: Allocation | None = None
@@ -104,16 +108,16 @@ class ReplicaDriver:
         lighthouse = Lighthouse(k.replica_min, k.replica_timeout_s)
         # Every task is told where the groups meet. A group's failure ends its own step and the
         # driver replaces it, so no survivor waits for the driver's word (rejoin off).
-        self.job = replace(self.d.job, launch=replace(self.d.job.launch, lighthouse=lighthouse.address, rejoin=False))
+        self.job = replace(self.job, launch=replace(self.job.launch, lighthouse=lighthouse.address, rejoin=False))
         try:
             while True:
-                if self.d.stop.requested:
-                    self.d.act(c.LeaveToSlurm("stop requested"), None)
+                if self.stop.requested:
+                    self.act(c.LeaveToSlurm("stop requested"), None)
                 began = time.time()
                 ending = self._start(alloc)
-                self.d.standbys.dismiss(self.job.job_id)
+                self.standbys.dismiss(self.job.job_id)
                 assert self.alloc is not None
-                done = self.d.act(c.conclude(self._ended(ending, began, self.alloc)), ending.step_id)
+                done = self.act(c.conclude(self._ended(ending, began, self.alloc)), ending.step_id)
                 if isinstance(done, str):
                     return done
                 alloc = done[0]
@@ -124,16 +128,15 @@ class ReplicaDriver:
     def _start(self, alloc: Allocation) -> Ending:
         per_group = len(alloc.in_use) // self.groups_n
         self.alloc = alloc
-        d = self.d
         groups = [Group(g, alloc.in_use[g * per_group:(g + 1) * per_group], Generation([]))
                   for g in range(self.groups_n)]
         for g in groups:
             g.gen.start(self._argv(g.nodes, self.per_node, self._told(g.index, heal=False)), g.nodes)
-        if d.monitor is not None:
-            d.monitor.restart(0, len(alloc.in_use) * self.per_node)
+        if self.monitor is not None:
+            self.monitor.restart(0, len(alloc.in_use) * self.per_node)
         if self.cfg.cluster.standby and alloc.spares:
             groups[-1].gen.sruns[0].named.wait(NAMED_S)  # the groups' steps get the first ids
-            d.standbys.start(lambda node: self._argv((node,), 1, replace(self.job.launch, standby=True)),
+            self.standbys.start(lambda node: self._argv((node,), 1, replace(self.job.launch, standby=True)),
                              alloc.spares, self.per_node)
         say(f"{self.groups_n} replica groups on {', '.join('+'.join(g.nodes) for g in groups)}; spares: "
             f"{','.join(alloc.spares) or 'none'}")
@@ -177,7 +180,7 @@ class ReplicaDriver:
 
     def _hung(self, groups: list[Group]) -> set[int]:
         """Groups with a rank the heartbeats find silent (the culprit's stacks and `hang` recorded)."""
-        monitor = self.d.monitor
+        monitor = self.monitor
         if monitor is None:
             return set()
         size = len(groups[0].nodes) * self.per_node
@@ -218,7 +221,7 @@ class ReplicaDriver:
         ranks: dict[int, int] = {}
         for local in range(len(nodes) * self.per_node):
             node = nodes[local // self.per_node]
-            s = self.d.standbys.take(node)
+            s = self.standbys.take(node)
             if s is not None:
                 gen.adopt(s)
                 rejoin.wake(job.path, job.job_id, job.restart, s.step_id or 0, generation)
@@ -233,9 +236,9 @@ class ReplicaDriver:
         rejoin.write_instruction(job.path, job.job_id, job.restart, rejoin.Instruction(
             generation, first, scontrol.node_address(nodes[0]), master_port(job.job_id, first), len(ranks),
             ranks, self.per_node, time.time(), replica_group=g.index))
-        if self.d.monitor is not None:
+        if self.monitor is not None:
             size = len(nodes) * self.per_node
-            self.d.monitor.restart_ranks(range(g.index * size, (g.index + 1) * size))
+            self.monitor.restart_ranks(range(g.index * size, (g.index + 1) * size))
         moved = [f"{a} -> {b}" for a, b in zip(g.nodes, nodes) if a != b]
         g.nodes, g.gen, g.joining = nodes, gen, True
         say(f"replica group {g.index} starts anew on {'+'.join(nodes)} ({', '.join(moved) or 'in place'}); "
@@ -268,7 +271,7 @@ class ReplicaDriver:
             else judge(ours, [])
         ended_at = time.time()
         return c.Ended(end=end, ours=tuple(ours), history=tuple(history), allocation=alloc, nodes=alloc.in_use,
-                       srun_code=None, stop_requested=self.d.stop.requested, max_restarts=self.cfg.cluster.max_restarts,
+                       srun_code=None, stop_requested=self.stop.requested, max_restarts=self.cfg.cluster.max_restarts,
                        ended_at=ended_at, lost_nodes=ending.lost, decided_at=ending.decided_at,
                        killed_at=ended_at if ending.refused else 0.0, refused=ending.refused, last_step=last)
 

@@ -77,7 +77,7 @@ class SlurmTask:
         from resilient_slurm.supervise.health_watch import NodeHealthWatch
         from resilient_slurm.slurm.scontrol import node_address
         from resilient_slurm.process.launch import RankLaunch, mark_generation
-        from resilient_slurm.replica.plan import place_from_launch
+        from resilient_slurm.session.replica_place import place_from_launch
 
         run_dir = Path(self.run_dir)
         launch = RankLaunch.from_env(os.environ)

@@ -29,6 +29,7 @@ from resilient_slurm.replica import plan
 from resilient_slurm.replica.engine import Quorum, QuorumFailed, Replicas, StateFns
 from resilient_slurm.rundir import record
 from resilient_slurm.session.distributed import Comm
+from resilient_slurm.session.replica_place import ReplicaPlace
 from resilient_slurm.session.session import Session
 
 log = logging.getLogger("resilient_slurm")
@@ -36,7 +37,7 @@ log = logging.getLogger("resilient_slurm")
 WAIT_POLL_S = 0.1
 
 
-def open_replicas(cfg: Config, comm: Comm, place: plan.ReplicaPlace, state: StateFns) -> Replicas:
+def open_replicas(cfg: Config, comm: Comm, place: ReplicaPlace, state: StateFns) -> Replicas:
     """This rank's part in the replica groups' quorum (torchft), on the lighthouse its supervisor runs."""
     from resilient_slurm.replica.torchft_engine import TorchftReplicas
 

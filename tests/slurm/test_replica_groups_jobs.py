@@ -55,7 +55,7 @@ def losses(rdir: Path, name: str = "metrics.jsonl") -> dict[int, float]:
 
 
 def test_a_killed_group_is_replaced_on_the_spare_while_the_other_trains_on(idle_cluster, tmp_path):
-    twin = losses(reference(2, *GROUPS))
+    twin = losses(reference(2, "parallel.dp_replicate=2"))  # plain HSDP, uninterrupted (shared with the SDC test)
     job = submit(tmp_path, "groups", *DRIVEN, *GROUPS)
     rdir = run_dir(tmp_path, "groups")
     wait_for_step(rdir, 40, 180)

@@ -5,7 +5,7 @@ import pytest
 
 from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.replica import plan
-from resilient_slurm.replica.plan import ReplicaPlace
+from resilient_slurm.session.replica_place import ReplicaPlace, place_from_launch
 
 
 def deal(live, groups, accumulation):
@@ -93,7 +93,7 @@ def test_a_rank_outside_the_groups_is_refused():
 
 def test_the_place_a_supervisor_gives_a_rank():
     told = RankLaunch(world_size=4, replica_group=1, replica_heal=True)
-    assert plan.place_from_launch(RankLaunch.from_env(told.to_env()), 2, 4) == ReplicaPlace(1, 2, 4, heal=True)
-    assert plan.place_from_launch(RankLaunch(replica_group=0), 3, 1) == ReplicaPlace(0, 3, 1, heal=False)
+    assert place_from_launch(RankLaunch.from_env(told.to_env()), 2, 4) == ReplicaPlace(1, 2, 4, heal=True)
+    assert place_from_launch(RankLaunch(replica_group=0), 3, 1) == ReplicaPlace(0, 3, 1, heal=False)
     with pytest.raises(ValueError, match="RESILIENT_SLURM_REPLICA_GROUP"):
-        plan.place_from_launch(RankLaunch(), 2, 1)
+        place_from_launch(RankLaunch(), 2, 1)
