@@ -1,10 +1,11 @@
 """Replica groups on the real local cluster (cluster.replica_ft): two groups of one node each and a
 spare. SIGKILL of group 1's rank is the loss of its node as the job sees it: group 0's process never
 stops (the same pid before the kill, after the replacement joined, and in the one `start` of the
-job), drops the step it was in and goes on alone; the driver wakes the process that stood by on
-the spare into group 1, which heals from group 0 over the network (no checkpoint read: no `resume`
-anywhere) and joins at a step boundary. No step is lost (metrics-lost.jsonl stays empty) and the
-losses match an uninterrupted twin within 1e-4 relative. Nothing is faked."""
+job) and drops the step it was in; the driver wakes the process that stood by on the spare into
+group 1, which heals from group 0 over the network (no checkpoint read: no `resume` anywhere) and
+joins at a step boundary, while group 0 trains on alone or, when the warm replacement makes its
+next quorum, with it. No step is lost (metrics-lost.jsonl stays empty) and the losses match an
+uninterrupted twin, plain HSDP over two ranks, within 1e-4 relative. Nothing is faked."""
 
 from __future__ import annotations
 
@@ -72,11 +73,17 @@ def test_a_killed_group_is_replaced_on_the_spare_while_the_other_trains_on(idle_
     (start,) = [e for e in ev if e.kind is Kind.START]
     assert start.details.pids == [survivor]  # the one start: group 0's process, the same to the end
     assert Kind.RESUME not in kinds and Kind.REPLICA_REFUSED not in kinds
-    (leave,) = [e for e in ev if e.kind is Kind.REPLICA_LEAVE]
+    leaves = [(e.details.group, e.details.live) for e in ev if e.kind is Kind.REPLICA_LEAVE]
     (heal,) = [e for e in ev if e.kind is Kind.REPLICA_HEAL]
     (join,) = [e for e in ev if e.kind is Kind.REPLICA_JOIN]
     (spare,) = set(NODES) - {start.node, dead}
-    assert (leave.details.group, leave.details.live) == (1, [0])
+    # The standby is warm: its heal may make the survivor's very next quorum (group 0 redoes the
+    # step it was in with both groups), before the lighthouse drops the dead group from one
+    # (a leave, then steps short of it). Either way group 0 never stopped and lost no step.
+    assert leaves in ([], [(1, [0])]), leaves
+    short = [r["step"] for r in map(json.loads, (rdir / "metrics.jsonl").read_text().splitlines())
+             if r["replica_missing"]]
+    assert bool(short) == bool(leaves) and all(s <= join.step for s in short), short
     assert (heal.details.group, heal.details.source, heal.node) == (1, 0, spare) and heal.details.bytes > 0
     assert (join.details.group, join.details.live, join.node) == (1, [0, 1], spare)
     got = losses(rdir)
