@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
@@ -22,7 +23,10 @@ from resilient_slurm.model.decoder import token_loss_sum
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
-    return t._local_tensor if isinstance(t, DTensor) else t
+    t = t._local_tensor if isinstance(t, DTensor) else t
+    # Under sequence parallelism a reduce-scatter's output is an AsyncCollectiveTensor: a wrapper with
+    # no storage of its own around the tensor that holds the bytes.
+    return t.trigger_wait() if isinstance(t, AsyncCollectiveTensor) else t
 
 
 @dataclass(frozen=True)
