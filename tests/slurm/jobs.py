@@ -43,7 +43,8 @@ def reference(ranks: int, *overrides: str) -> Path:
     if key not in _references:
         root = Path(tempfile.mkdtemp(prefix="resilient-reference-"))
         atexit.register(shutil.rmtree, root, True)
-        code, out = finish(launch(root, "ref", f"cluster.ranks={ranks}", "train.threads=1", SLURM_STEPS, *overrides))
+        code, out = finish(launch(root, "ref", f"cluster.ranks={ranks}", "train.threads=1", SLURM_STEPS, *overrides),
+                           timeout=600)  # 4 ranks at tp 2 x HSDP took over 180 s on CI
         assert code == 0, out
         _references[key] = run_dir(root, "ref")
     return _references[key]
