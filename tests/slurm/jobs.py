@@ -115,9 +115,8 @@ def kill_task(job_id: str, procid: int) -> int:
     return pid
 
 
-def driven_task(job_id: str, procid: int) -> tuple[int, int, str] | None:
-    """(job step, pid, node) of task `procid` in the newest job step a job's driver started."""
-    found: list[tuple[int, int, str]] = []
+def driven_tasks(job_id: str):
+    """(pid, environment) of each task process the job's driver started on this machine's nodes."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -128,8 +127,14 @@ def driven_task(job_id: str, procid: int) -> tuple[int, int, str] | None:
             env = dict(item.partition(b"=")[::2] for item in (proc / "environ").read_bytes().split(b"\0"))
         except OSError:
             continue
-        if env.get(b"SLURM_JOB_ID") == job_id.encode() and env.get(b"SLURM_PROCID") == str(procid).encode():
-            found.append((int(env.get(b"SLURM_STEP_ID", b"0")), int(proc.name), env[b"SLURMD_NODENAME"].decode()))
+        if env.get(b"SLURM_JOB_ID") == job_id.encode():
+            yield int(proc.name), env
+
+
+def driven_task(job_id: str, procid: int) -> tuple[int, int, str] | None:
+    """(job step, pid, node) of task `procid` in the newest job step a job's driver started."""
+    found = [(int(env.get(b"SLURM_STEP_ID", b"0")), pid, env[b"SLURMD_NODENAME"].decode())
+             for pid, env in driven_tasks(job_id) if env.get(b"SLURM_PROCID") == str(procid).encode()]
     return max(found) if found else None
 
 

@@ -19,7 +19,7 @@ import pytest
 from resilient_slurm.ledger import Kind
 from resilient_slurm.process.launch import RankLaunch
 from tests.integration.runs import events, run_dir
-from tests.slurm.jobs import STEPS, describe, job_state, reference, submit, wait_for_end, wait_for_step, wait_until
+from tests.slurm.jobs import STEPS, describe, driven_tasks, job_state, reference, submit, wait_for_end, wait_for_step, wait_until
 
 GROUP = RankLaunch.variable("replica_group")
 """The variable that names a rank's replica group (how a test finds a group's processes)."""
@@ -35,18 +35,9 @@ NODES = ("n1", "n2", "n3")
 def group_task(job_id: str, group: int) -> tuple[int, str] | None:
     """(pid, node) of the task a job's driver started for replica group `group` (by its environment:
     a woken standby's is not there, so this finds first starts only)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if not Path(argv[0].decode()).name.startswith("python") or b"resilient_slurm.supervise.task" not in argv:
-                continue
-            env = dict(item.partition(b"=")[::2] for item in (proc / "environ").read_bytes().split(b"\0"))
-        except OSError:
-            continue
-        if env.get(b"SLURM_JOB_ID") == job_id.encode() and env.get(GROUP.encode()) == str(group).encode():
-            return int(proc.name), env[b"SLURMD_NODENAME"].decode()
+    for pid, env in driven_tasks(job_id):
+        if env.get(GROUP.encode()) == str(group).encode():
+            return pid, env[b"SLURMD_NODENAME"].decode()
     return None
 
 
