@@ -9,6 +9,8 @@ Modules:
     stragglers   a rank slow but alive, from every rank's step sections                     [pure]
     replay       replay verification: a restart's recomputed steps against their values before
                  the failure (bit for bit), and what a difference leads to                      [pure]
+    hang_dumps   the marker, grace and py-spy limit a hang's stack dumps share between the
+                 ranks' watchdogs and the supervisor                                        [pure]
     gpu_sampler  an NVML sampler thread (utilization, memory, temperature, ECC); absent without NVML
 
 What a finding leads to (roll back, stop, report) is `recovery.on_findings`.

@@ -24,13 +24,10 @@ from pathlib import Path
 from resilient_slurm.config import MonitorConfig
 from resilient_slurm.ledger import EventLog, Hang, StacksDumped
 from resilient_slurm.monitor.detectors import hang_timeout_s
+from resilient_slurm.monitor.hang_dumps import HANG_MARKER, PEER_DUMP_GRACE_S, PY_SPY_TIMEOUT_S
 from resilient_slurm.session.collectives import dump_flight_recorder
 
-PY_SPY_TIMEOUT_S = 30.0
-HANG_MARKER = ".hang"
 POLL_S = 0.25
-PEER_DUMP_GRACE_S = 3.0
-"""How long the first rank to fire waits, after dumping, for its peers to dump theirs."""
 
 
 class Watchdog:

@@ -24,7 +24,7 @@ from resilient_slurm.health import node_record
 from resilient_slurm.ledger import EventLog, Hang
 from resilient_slurm.monitor.heartbeats import Silence, Wavefront
 from resilient_slurm.rundir import RunDir
-from resilient_slurm.session.watchdog import HANG_MARKER, PEER_DUMP_GRACE_S, PY_SPY_TIMEOUT_S
+from resilient_slurm.monitor.hang_dumps import HANG_MARKER, PEER_DUMP_GRACE_S, PY_SPY_TIMEOUT_S
 
 POLL_S = 0.05
 
