@@ -4,6 +4,7 @@ that is not installed is refused in one line naming it, before anything is queue
     eval.harness.tasks        lm-eval          pip install 'resilient-slurm[eval]'
     tracking.backend=mlflow   mlflow-skinny    pip install 'resilient-slurm[mlflow]' (tracking.package_problem)
     checkpoint.cold.url=s3:// s3fs             pip install 'resilient-slurm[s3]'
+    cluster.replica_ft=true   torchft          pip install 'resilient-slurm[replica]'
 
 wandb, the default tracker, is a dependency; a run without it trains untracked (tracking.open_tracker).
 """
@@ -27,6 +28,9 @@ def extra_problems(cfg: Config) -> list[str]:
     if cfg.checkpoint.cold.url.startswith("s3://") and not installed("s3fs"):
         problems.append(f"checkpoint.cold.url: {cfg.checkpoint.cold.url} needs s3fs, which is not installed; "
                         f"pip install 'resilient-slurm[s3]'")
+    if cfg.cluster.replica_ft and not installed("torchft"):
+        problems.append("cluster.replica_ft: replica groups need torchft, which is not installed; pip install "
+                        "'resilient-slurm[replica]', or set cluster.replica_ft=false")
     return problems
 
 

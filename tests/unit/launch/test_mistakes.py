@@ -135,6 +135,9 @@ MISTAKES = [
       "data.micro_batch_size=1"],
      CE + "cluster.replica_ft: not with pipeline parallelism yet (parallel.pp=2); set parallel.pp=1 or "
           "cluster.replica_ft=false"),
+    ([T, "cluster.replica_ft=true", "cluster.ranks=2", "parallel.dp_replicate=2", "+no_torchft=1"],
+     CE + "cluster.replica_ft: replica groups need torchft, which is not installed; pip install "
+          "'resilient-slurm[replica]', or set cluster.replica_ft=false"),
     ([T, "cluster.replica_ft=true", "cluster.ranks=2", "parallel.dp_replicate=2", "fault.sdc_step=2"],
      CE + "fault.sdc_step: the SDC sentinel does not compare replicas across replica groups (cluster.replica_ft) yet, "
           "so the flip would go unseen; set fault.sdc_step=0, or cluster.replica_ft=false"),
@@ -179,6 +182,9 @@ def test_each_mistake_is_one_line_naming_it_and_the_fix_and_exit_status_2(argv, 
     file.write_text("")
     if any(a.startswith("eval.harness.tasks=") for a in argv):
         monkeypatch.setitem(sys.modules, "lm_eval", None)  # lm-eval made unimportable, as if not installed
+    if "+no_torchft=1" in argv:  # torchft made unimportable likewise; the marker is not an override
+        monkeypatch.setitem(sys.modules, "torchft", None)
+        argv = [a for a in argv if a != "+no_torchft=1"]
     argv = [a.replace("{file}", str(file)).replace("{own}", str(REPO / "examples" / "own_loop" / "conf")) for a in argv]
     root = [] if any(a.startswith("run.root=") for a in argv) else [f"run.root={tmp_path / 'root'}"]
     code = main(argv + root)
