@@ -14,7 +14,7 @@ import pytest
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.files import stamp_seconds
 from resilient_slurm.ledger import Kind
-from tests.integration.runs import SHORT, events, finish, launch, run_dir, wait_for_step
+from tests.integration.runs import events, finish, launch, run_dir, wait_for_step
 
 pytestmark = pytest.mark.slow
 HANG_BOUND_S = 10.0
@@ -34,8 +34,7 @@ def rank_pid(rdir: Path, rank: int) -> int:
 
 
 def test_a_stopped_rank_is_found_and_named_within_the_bound_at_the_default_settings(tmp_path):
-    extra = [*SHORT, "cluster.ranks=3", "data.global_batch_size=6", "cluster.collective_timeout_s=120",
-             "fault.step_sleep_s=0.05"]
+    extra = ["cluster.ranks=3", "data.global_batch_size=6", "cluster.collective_timeout_s=120", "fault.step_sleep_s=0.05"]
     proc = launch(tmp_path, "stopped", *extra)
     rdir = run_dir(tmp_path, "stopped")
     wait_for_step(proc, rdir, 30)
