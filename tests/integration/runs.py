@@ -26,6 +26,11 @@ SMALL = [
     "checkpoint.every_steps=25", "eval.every_steps=0",
 ]
 
+# SMALL cut to 60 steps with a checkpoint every 10, for the tests that need only a few checkpoints
+# and interrupts (tests/slurm keeps SMALL's own steps), untracked where tracking is not under test.
+SHORT_STEPS, SHORT_EVERY = 60, 10
+SHORT = [f"train.max_steps={SHORT_STEPS}", f"checkpoint.every_steps={SHORT_EVERY}", "tracking.mode=disabled"]
+
 
 def launch(root: Path, name: str, *overrides: str, base: list[str] = SMALL) -> subprocess.Popen:
     """`python -m resilient_slurm.launch` in its own session, so a test can signal it like a scheduler would."""

@@ -18,6 +18,8 @@ from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind
 from tests.integration.runs import (
+    SHORT,
+    SHORT_STEPS,
     assert_bit_identical,
     events,
     final_tensors,
@@ -67,14 +69,12 @@ def test_sigkill_at_random_moments_during_saves_never_leaves_a_valid_looking_tor
     assert not [p for p in root.iterdir() if p.name.startswith(".tmp.")]
 
 
-def test_corrupt_and_torn_checkpoints_are_skipped_recorded_and_kept(tmp_path):
+def test_corrupt_and_torn_checkpoints_are_skipped_recorded_and_kept(tmp_path, short_straight):
     # Keep optimizer state on the newest 3, so the third-newest still resumes exactly.
-    keep = ["checkpoint.optimizer_on_last=3"]
-    code, out = finish(launch(tmp_path, "straight", *keep))
-    assert code == ExitCode.DONE, out
+    keep = [*SHORT, "checkpoint.optimizer_on_last=3"]
 
     rdir = run_dir(tmp_path, "damaged")
-    code, out = interrupt(launch(tmp_path, "damaged", *keep), rdir, 60, signal.SIGUSR1)
+    code, out = interrupt(launch(tmp_path, "damaged", *keep), rdir, 35, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
     newest, torn, good = [p for _, p in store.list_step_dirs(rdir / "checkpoints")][:3]
     optimizer_file = newest / "optimizer.safetensors"
@@ -93,4 +93,4 @@ def test_corrupt_and_torn_checkpoints_are_skipped_recorded_and_kept(tmp_path):
     assert resumed.details.checkpoint == str(good)
     quarantined = sorted(p.name.split(".")[0] for p in (rdir / "checkpoints" / ".quarantine").iterdir())
     assert quarantined == sorted([newest.name, torn.name])
-    assert_bit_identical(final_tensors(run_dir(tmp_path, "straight")), final_tensors(rdir))
+    assert_bit_identical(final_tensors(short_straight(1), SHORT_STEPS), final_tensors(rdir, SHORT_STEPS))

@@ -18,6 +18,8 @@ from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind
 from tests.integration.runs import (
+    SHORT,
+    SHORT_STEPS,
     assert_bit_identical,
     events,
     final_tensors,
@@ -44,15 +46,12 @@ def hot_tensors(ckpt: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def test_hot_tier_lost_resumes_from_the_object_store_bit_identical(tmp_path, s3):
+def test_hot_tier_lost_resumes_from_the_object_store_bit_identical(tmp_path, s3, short_straight):
     fs, url = s3
-    code, out = finish(launch(tmp_path, "straight"))
-    assert code == ExitCode.DONE, out
-
     hot = tmp_path / "node-local"
-    tiers = [f"checkpoint.hot_dir={hot}", f"checkpoint.cold.url={url}", "checkpoint.cold.keep_last=3"]
+    tiers = [*SHORT, f"checkpoint.hot_dir={hot}", f"checkpoint.cold.url={url}", "checkpoint.cold.keep_last=3"]
     rdir = run_dir(tmp_path, "tiered")
-    code, out = interrupt(launch(tmp_path, "tiered", *tiers), rdir, 110, signal.SIGUSR1)
+    code, out = interrupt(launch(tmp_path, "tiered", *tiers), rdir, 45, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
     ev = events(rdir)
     (stop,) = [e for e in ev if e.kind is Kind.STOP]
@@ -71,7 +70,8 @@ def test_hot_tier_lost_resumes_from_the_object_store_bit_identical(tmp_path, s3)
     ev = events(rdir)
     (resume,) = [e for e in ev if e.kind is Kind.RESUME]
     assert resume.details.source == "cold" and resume.step == stop.step
-    final = hot / "tiny_sft" / "tiered" / "step_00000200"
+    final = hot / "tiny_sft" / "tiered" / f"step_{SHORT_STEPS:08d}"
     assert verify(final).ok
-    assert_bit_identical(final_tensors(run_dir(tmp_path, "straight")), hot_tensors(final))
-    assert 200 in {e.step for e in ev if e.kind is Kind.COLD_COPY}, "the final checkpoint never reached the cold tier"
+    assert_bit_identical(final_tensors(short_straight(1), SHORT_STEPS), hot_tensors(final))
+    copied = {e.step for e in ev if e.kind is Kind.COLD_COPY}
+    assert SHORT_STEPS in copied, "the final checkpoint never reached the cold tier"

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 STEPS = 8
 CHANGED = {"data.micro_batch_size": "1", "train.max_steps": str(STEPS), "checkpoint.every_steps": "4",
-           "optim.warmup_steps": "2", "cluster.ranks": "2", "parallel.tp": "2"}
+           "optim.warmup_steps": "2", "cluster.ranks": "2", "parallel.tp": "2", "tracking.mode": "disabled"}
 RUN = [o for o in SMALL if o.partition("=")[0] not in CHANGED] + [f"{k}={v}" for k, v in CHANGED.items()]
 
 

@@ -12,7 +12,7 @@ from resilient_slurm.checkpoint import store
 from resilient_slurm.checkpoint.verify import verify
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind
-from tests.integration.runs import events, finish, launch, run_dir
+from tests.integration.runs import SHORT, events, finish, launch, run_dir
 
 pytestmark = pytest.mark.slow
 
@@ -41,28 +41,29 @@ def hot_checkpoints(mnt: Path) -> Path:
 @pytest.mark.parametrize("policy", ["continue", "stop"])
 def test_disk_full_fails_the_save_cleanly_and_training_follows_the_policy(tmp_path, small_tmpfs, policy):
     rdir = run_dir(tmp_path, "full")
-    code, out = finish(launch(tmp_path, "full", f"checkpoint.hot_dir={small_tmpfs}", f"checkpoint.on_failure={policy}",
-                              "checkpoint.keep_last=2", "checkpoint.optimizer_on_last=0"))
+    code, out = finish(launch(tmp_path, "full", *SHORT, f"checkpoint.hot_dir={small_tmpfs}",
+                              f"checkpoint.on_failure={policy}", "checkpoint.keep_last=2",
+                              "checkpoint.optimizer_on_last=0"))
     ev = events(rdir)
     saved = [e.step for e in ev if e.kind is Kind.SAVE]
     failed = [e for e in ev if e.kind is Kind.SAVE_FAILED]
-    assert saved == [25, 50], out
-    assert failed and failed[0].step == 75
+    assert saved == [10, 20], out
+    assert failed and failed[0].step == 30
     assert all("No space left on device" in e.details.error for e in failed), failed[0].details.error
 
     # The checkpoints before the failure stay, intact; nothing of the failed saves is left.
     root = hot_checkpoints(small_tmpfs)
-    assert [s for s, _ in store.list_step_dirs(root)] == [50, 25]
+    assert [s for s, _ in store.list_step_dirs(root)] == [20, 10]
     assert all(verify(p).ok for _, p in store.list_step_dirs(root))
     assert not [p for p in root.iterdir() if p.name.startswith(".tmp.")]
 
     if policy == "continue":
         assert code == ExitCode.DONE, out
-        assert [e.step for e in failed] == [75, 100, 125, 150, 175, 200]  # every later save, final included
+        assert [e.step for e in failed] == [30, 40, 50, 60]  # every later save, final included
         assert ev[-1].kind is Kind.FINISH
     else:
-        # The async save at 75 fails in the background; the next save point (100) ends the run.
+        # The async save at 30 fails in the background; the next save point (40) ends the run.
         assert code == ExitCode.FAILED, out
         (crash,) = [e for e in ev if e.kind is Kind.CRASH]
-        assert crash.step == 100 and "on_failure=stop" in crash.details.error
-        assert [e.step for e in failed] == [75]
+        assert crash.step == 40 and "on_failure=stop" in crash.details.error
+        assert [e.step for e in failed] == [30]

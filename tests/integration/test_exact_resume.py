@@ -8,6 +8,9 @@ import pytest
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind
 from tests.integration.runs import (
+    SHORT,
+    SHORT_EVERY as EVERY,
+    SHORT_STEPS as STEPS,
     assert_bit_identical,
     events,
     final_tensors,
@@ -21,22 +24,19 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_interrupted_three_ways_ends_bit_identical(tmp_path, ranks):
-    extra = [f"cluster.ranks={ranks}"]
-    code, out = finish(launch(tmp_path, "straight", *extra))
-    assert code == ExitCode.DONE, out
-
+def test_interrupted_three_ways_ends_bit_identical(tmp_path, short_straight, ranks):
+    extra = [f"cluster.ranks={ranks}", *SHORT]  # three interrupts, each between checkpoints
     rdir = run_dir(tmp_path, "resumed")
-    code, out = interrupt(launch(tmp_path, "resumed", *extra), rdir, 40, signal.SIGUSR1)
+    code, out = interrupt(launch(tmp_path, "resumed", *extra), rdir, 12, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
-    code, out = interrupt(launch(tmp_path, "resumed", *extra), rdir, 90, signal.SIGTERM)
+    code, out = interrupt(launch(tmp_path, "resumed", *extra), rdir, 27, signal.SIGTERM)
     assert code == ExitCode.RESUME, out
-    code, out = interrupt(launch(tmp_path, "resumed", *extra), rdir, 140, signal.SIGKILL)
+    code, out = interrupt(launch(tmp_path, "resumed", *extra), rdir, 45, signal.SIGKILL)
     assert code == -signal.SIGKILL
     code, out = finish(launch(tmp_path, "resumed", *extra))
     assert code == ExitCode.DONE, out
 
-    assert_bit_identical(final_tensors(run_dir(tmp_path, "straight")), final_tensors(rdir))
+    assert_bit_identical(final_tensors(short_straight(ranks), STEPS), final_tensors(rdir, STEPS))
 
     ev = events(rdir)
     signals = [e for e in ev if e.kind is Kind.SIGNAL]
@@ -47,6 +47,6 @@ def test_interrupted_three_ways_ends_bit_identical(tmp_path, ranks):
     resumes = [e.step for e in ev if e.kind is Kind.RESUME]
     assert resumes[:2] == [s.step for s in stops]
     # after the SIGKILL, the run resumed from the newest periodic checkpoint before the kill
-    killed_after = max(e.step for e in ev if e.kind is Kind.SAVE and e.step <= 140 + 25)
-    assert resumes[2] % 25 == 0 and resumes[2] >= 140 - 25 and resumes[2] <= killed_after
-    assert ev[-1].kind is Kind.FINISH and ev[-1].step == 200
+    killed_after = max(e.step for e in ev if e.kind is Kind.SAVE and e.step <= 45 + EVERY)
+    assert resumes[2] % EVERY == 0 and resumes[2] >= 45 - EVERY and resumes[2] <= killed_after
+    assert ev[-1].kind is Kind.FINISH and ev[-1].step == STEPS

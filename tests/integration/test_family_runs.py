@@ -45,7 +45,7 @@ def sft(root, name, base, data, *extra):
     return launch(root, name, f"model.pretrained={base}", f"data.path={data}", "cluster.ranks=2", "data.seq_len=64",
                   "data.global_batch_size=4", "data.micro_batch_size=2", "optim.lr=1e-3", "optim.warmup_steps=2",
                   "eval.every_steps=0", "train.log_every_steps=50", f"train.max_steps={STEPS}",
-                  "checkpoint.every_steps=5", *extra, base=["+experiment=sft"])
+                  "checkpoint.every_steps=5", "tracking.mode=disabled", *extra, base=["+experiment=sft"])
 
 
 def lora_model(rdir):

@@ -17,9 +17,12 @@ from tests.integration.runs import SMALL, assert_bit_identical, events, final_te
 
 pytestmark = pytest.mark.slow
 
-STEPS = 60
+# A step at 4 ranks costs about a second here: runs short, checkpoints frequent.
+STEPS = 24
+EVERY = 4
 # Two micro-batches of one row per data-parallel rank at dp 2: as many as the two stages.
-OURS = [f"train.max_steps={STEPS}", "checkpoint.every_steps=10", "data.micro_batch_size=1"]
+OURS = [f"train.max_steps={STEPS}", f"checkpoint.every_steps={EVERY}", "data.micro_batch_size=1",
+        "tracking.mode=disabled"]
 BASE = [o for o in SMALL if o.split("=")[0] not in {k.split("=")[0] for k in OURS}] + OURS
 PP = ["cluster.ranks=4", "parallel.pp=2"]
 
@@ -33,11 +36,11 @@ def test_pipelined_run_interrupted_three_ways_ends_bit_identical(tmp_path):
     assert code == ExitCode.DONE, out
 
     rdir = run_dir(tmp_path, "resumed")
-    code, out = interrupt(launch(tmp_path, "resumed", *PP, base=BASE), rdir, 12, signal.SIGUSR1)
+    code, out = interrupt(launch(tmp_path, "resumed", *PP, base=BASE), rdir, 6, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
-    code, out = interrupt(launch(tmp_path, "resumed", *PP, base=BASE), rdir, 27, signal.SIGTERM)
+    code, out = interrupt(launch(tmp_path, "resumed", *PP, base=BASE), rdir, 13, signal.SIGTERM)
     assert code == ExitCode.RESUME, out
-    code, out = interrupt(launch(tmp_path, "resumed", *PP, base=BASE), rdir, 45, signal.SIGKILL)
+    code, out = interrupt(launch(tmp_path, "resumed", *PP, base=BASE), rdir, 19, signal.SIGKILL)
     assert code == -signal.SIGKILL
     code, out = finish(launch(tmp_path, "resumed", *PP, base=BASE))
     assert code == ExitCode.DONE, out
@@ -46,19 +49,19 @@ def test_pipelined_run_interrupted_three_ways_ends_bit_identical(tmp_path):
     ev = events(rdir)
     stops = [e.step for e in ev if e.kind is Kind.STOP]
     resumes = [e.step for e in ev if e.kind is Kind.RESUME]
-    assert resumes[:2] == stops and len(resumes) == 3 and resumes[2] % 10 == 0 and ev[-1].kind is Kind.FINISH
+    assert resumes[:2] == stops and len(resumes) == 3 and resumes[2] % EVERY == 0 and ev[-1].kind is Kind.FINISH
     assert losses(rdir) == losses(run_dir(tmp_path, "straight"))
 
 
 def test_resharding_into_and_out_of_tp2_pp2_keeps_the_global_batches(tmp_path):
-    nan = [*BASE, "fault.nan_at_step=25", "monitor.rollback_skip_batches=5"]  # back to step 20, 5 batches skipped
+    nan = [*BASE, "fault.nan_at_step=12", "monitor.rollback_skip_batches=5"]  # back to step 8, 5 batches skipped
     code, out = finish(launch(tmp_path, "straight", "cluster.ranks=1", base=nan))
     assert code == ExitCode.DONE, out
 
     rdir = run_dir(tmp_path, "resharded")
-    code, out = interrupt(launch(tmp_path, "resharded", "cluster.ranks=2", base=nan), rdir, 15, signal.SIGUSR1)
+    code, out = interrupt(launch(tmp_path, "resharded", "cluster.ranks=2", base=nan), rdir, 5, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
-    code, out = interrupt(launch(tmp_path, "resharded", *PP, "parallel.tp=2", base=nan), rdir, 35, signal.SIGUSR1)
+    code, out = interrupt(launch(tmp_path, "resharded", *PP, "parallel.tp=2", base=nan), rdir, 16, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
     code, out = finish(launch(tmp_path, "resharded", "cluster.ranks=1", base=nan))
     assert code == ExitCode.DONE, out
@@ -67,11 +70,11 @@ def test_resharding_into_and_out_of_tp2_pp2_keeps_the_global_batches(tmp_path):
     starts = [e.details.world_size for e in ev if e.kind is Kind.START]
     assert starts == [2, 4, 1]
     (rollback,) = [e for e in ev if e.kind is Kind.ROLLBACK]
-    assert (rollback.details.anomaly_step, rollback.step) == (25, 20)
-    assert [e.step for e in events(run_dir(tmp_path, "straight")) if e.kind is Kind.ROLLBACK] == [20]
+    assert (rollback.details.anomaly_step, rollback.step) == (12, 8)
+    assert [e.step for e in events(run_dir(tmp_path, "straight")) if e.kind is Kind.ROLLBACK] == [8]
     for ckpt in sorted((rdir / "checkpoints").glob("step_*")):
         state = json.loads((ckpt / "train_state.json").read_text())
-        skipped = 5 if state["step"] > 20 else 0  # the rollback's
+        skipped = 5 if state["step"] > 8 else 0  # the rollback's
         assert state["data_state"]["samples_consumed"] == (state["step"] + skipped) * 4  # data.global_batch_size in runs.SMALL
     got, straight = losses(rdir), losses(run_dir(tmp_path, "straight"))
     assert sorted(got) == sorted(straight) == list(range(1, STEPS + 1))

@@ -23,6 +23,12 @@ PRETRAIN = [
 ]
 
 
+# Shorter than PRETRAIN's 120 steps (which tests/slurm shares): enough for the interrupts, each
+# between checkpoints, and for the resumes at other world sizes.
+STEPS = 60
+SHORT = [f"train.max_steps={STEPS}", "checkpoint.every_steps=10"]
+
+
 def start(root, name, *overrides):
     return launch(root, name, *overrides, base=PRETRAIN)
 
@@ -31,41 +37,52 @@ def rdir(root, name):
     return root / "tiny_pretrain" / name
 
 
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The uninterrupted run at `ranks`, launched once for the tests that compare against it."""
+    runs = {}
+
+    def at(ranks):
+        if ranks not in runs:
+            root = tmp_path_factory.mktemp(f"straight{ranks}")
+            code, out = finish(start(root, "straight", f"cluster.ranks={ranks}", *SHORT))
+            assert code == ExitCode.DONE, out
+            runs[ranks] = rdir(root, "straight")
+        return runs[ranks]
+    return at
+
+
 def rows(path):
     return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_pretraining_interrupted_three_ways_ends_bit_identical(tmp_path, ranks):
-    extra = [f"cluster.ranks={ranks}"]
-    code, out = finish(start(tmp_path, "straight", *extra))
-    assert code == ExitCode.DONE, out
+def test_pretraining_interrupted_three_ways_ends_bit_identical(tmp_path, straight, ranks):
+    extra = [f"cluster.ranks={ranks}", *SHORT]
     run = rdir(tmp_path, "resumed")
-    for at, signum in ((30, signal.SIGUSR1), (60, signal.SIGTERM), (90, signal.SIGKILL)):
+    for at, signum in ((12, signal.SIGUSR1), (27, signal.SIGTERM), (45, signal.SIGKILL)):
         code, out = interrupt(start(tmp_path, "resumed", *extra), run, at, signum)
         assert code == (-signal.SIGKILL if signum == signal.SIGKILL else ExitCode.RESUME), out
     code, out = finish(start(tmp_path, "resumed", *extra))
     assert code == ExitCode.DONE, out
-    assert_bit_identical(final_tensors(rdir(tmp_path, "straight"), 120), final_tensors(run, 120))
+    assert_bit_identical(final_tensors(straight(ranks), STEPS), final_tensors(run, STEPS))
     ev = events(run)
     stops = [e for e in ev if e.kind is Kind.STOP]
     assert len(stops) == 2 and all(set(s.details.data) == {"prose", "math"} for s in stops)
     assert all(s.details.data["prose"]["file"].endswith("prose.bin") for s in stops)  # the current shard
-    assert [r["step"] for r in rows(run)] == list(range(1, 121))
+    assert [r["step"] for r in rows(run)] == list(range(1, STEPS + 1))
 
 
-def test_other_world_sizes_feed_the_same_global_batches(tmp_path):
-    code, out = finish(start(tmp_path, "straight"))
-    assert code == ExitCode.DONE, out
+def test_other_world_sizes_feed_the_same_global_batches(tmp_path, straight):
     run = rdir(tmp_path, "resized")
-    code, out = interrupt(start(tmp_path, "resized", "cluster.ranks=2"), run, 40, signal.SIGUSR1)
+    code, out = interrupt(start(tmp_path, "resized", "cluster.ranks=2", *SHORT), run, 20, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
-    code, out = interrupt(start(tmp_path, "resized", "cluster.ranks=1"), run, 80, signal.SIGUSR1)
+    code, out = interrupt(start(tmp_path, "resized", "cluster.ranks=1", *SHORT), run, 40, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
-    code, out = finish(start(tmp_path, "resized", "cluster.ranks=4"))
+    code, out = finish(start(tmp_path, "resized", "cluster.ranks=4", *SHORT))
     assert code == ExitCode.DONE, out
-    ref, got = rows(rdir(tmp_path, "straight")), rows(run)
-    assert [r["step"] for r in got] == [r["step"] for r in ref] == list(range(1, 121))
+    ref, got = rows(straight(1)), rows(run)
+    assert [r["step"] for r in got] == [r["step"] for r in ref] == list(range(1, STEPS + 1))
     for a, b in zip(ref, got):
         # The same windows in every global batch: each source's trained tokens agree exactly ...
         assert {k: v for k, v in a.items() if k.startswith("data/")} == {k: v for k, v in b.items()

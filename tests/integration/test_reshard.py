@@ -15,12 +15,12 @@ import pytest
 
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.ledger import Kind
-from tests.integration.runs import events, finish, interrupt, launch, run_dir
+from tests.integration.runs import SHORT, SHORT_STEPS, events, finish, interrupt, launch, run_dir
 
 pytestmark = pytest.mark.slow
 
 GLOBAL_BATCH = 4  # data.global_batch_size in runs.SMALL
-STOP_AT = 100
+STOP_AT = 30
 
 
 def metrics(rdir: Path) -> list[dict]:
@@ -28,19 +28,17 @@ def metrics(rdir: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory) -> list[dict]:
-    root = tmp_path_factory.mktemp("straight")
-    code, out = finish(launch(root, "straight", "cluster.ranks=1"))
-    assert code == ExitCode.DONE, out
-    return metrics(run_dir(root, "straight"))
+def straight(short_straight) -> list[dict]:
+    return metrics(short_straight(1))
 
 
 @pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
 def test_resume_on_another_world_size_keeps_global_batch_and_data_order(tmp_path, straight, before, after):
     rdir = run_dir(tmp_path, "resharded")
-    code, out = interrupt(launch(tmp_path, "resharded", f"cluster.ranks={before}"), rdir, STOP_AT, signal.SIGUSR1)
+    code, out = interrupt(launch(tmp_path, "resharded", f"cluster.ranks={before}", *SHORT), rdir, STOP_AT,
+                          signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
-    code, out = finish(launch(tmp_path, "resharded", f"cluster.ranks={after}"))
+    code, out = finish(launch(tmp_path, "resharded", f"cluster.ranks={after}", *SHORT))
     assert code == ExitCode.DONE, out
 
     ev = events(rdir)
@@ -63,7 +61,7 @@ def test_resume_on_another_world_size_keeps_global_batch_and_data_order(tmp_path
 
     # Same batches in the same order: each step's loss matches the uninterrupted run's.
     got = metrics(rdir)
-    assert [r["step"] for r in got] == [r["step"] for r in straight] == list(range(1, 201))
+    assert [r["step"] for r in got] == [r["step"] for r in straight] == list(range(1, SHORT_STEPS + 1))
     diffs = [abs(a["loss"] - b["loss"]) for a, b in zip(straight, got)]
     assert max(diffs) <= 1e-5, f"step {diffs.index(max(diffs)) + 1}: loss differs by {max(diffs)}"
     # Negative control: one batch off is far outside that tolerance.

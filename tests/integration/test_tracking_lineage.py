@@ -21,6 +21,12 @@ from tests.integration.runs import REPO, events, finish, interrupt, launch, run_
 
 pytestmark = pytest.mark.slow
 
+STEPS = 60
+# Fewer steps than runs.SMALL's 200, a checkpoint every 10; an evaluation every 30 for the validation
+# rows and the predictions table (on a few samples: greedy decoding is most of an evaluation's time).
+SHORT = [f"train.max_steps={STEPS}", "checkpoint.every_steps=10", "eval.every_steps=30", "eval.task_samples=4",
+         "data.val_samples=16"]
+
 
 @pytest.fixture
 def wandb_offline(tmp_path, monkeypatch):
@@ -40,19 +46,18 @@ def t(stamp):
 def test_two_interruptions_leave_one_run_with_every_step_once(tmp_path, wandb_offline):
     root = tmp_path / "runs"
     rdir = run_dir(root, "tracked")
-    # Paced, so the SIGKILL at step 140 lands well before the step-150 checkpoint: steps are lost.
-    paced = "fault.step_sleep_s=0.02"
-    evaluated = "eval.every_steps=100"  # the validation rows and the predictions table
-    code, out = interrupt(launch(root, "tracked", evaluated, paced), rdir, 40, signal.SIGUSR1)
+    # Paced, so the SIGKILL at step 44 lands well before the step-50 checkpoint: steps are lost.
+    paced = "fault.step_sleep_s=0.05"
+    code, out = interrupt(launch(root, "tracked", *SHORT, paced), rdir, 12, signal.SIGUSR1)
     assert code == ExitCode.RESUME, out
-    code, out = interrupt(launch(root, "tracked", evaluated, paced), rdir, 140, signal.SIGKILL)
+    code, out = interrupt(launch(root, "tracked", *SHORT, paced), rdir, 44, signal.SIGKILL)
     assert code == -signal.SIGKILL
-    code, out = finish(launch(root, "tracked", evaluated))
+    code, out = finish(launch(root, "tracked", *SHORT))
     assert code == ExitCode.DONE, out
 
     # metrics.jsonl: the surviving timeline, every step once; the SIGKILLed steps were set aside.
     kept = read_metrics(rdir / "metrics.jsonl")
-    assert [r["step"] for r in kept] == list(range(1, 201))
+    assert [r["step"] for r in kept] == list(range(1, STEPS + 1))
     lost = read_metrics(rdir / "metrics-lost.jsonl")
     resumes = [e.step for e in events(rdir) if e.kind is Kind.RESUME]
     assert len(resumes) == 2 and lost and all(r["step"] > resumes[1] for r in lost)
@@ -64,9 +69,9 @@ def test_two_interruptions_leave_one_run_with_every_step_once(tmp_path, wandb_of
     assert len(segs) == 3 == len(list((rdir / "wandb").glob("offline-run-*")))
     rows = [row for seg in segs for row in history(seg)]
     steps = [row.step for row in rows]
-    assert steps == list(range(1, 201))
+    assert steps == list(range(1, STEPS + 1))
     assert [row.values["train/loss"] for row in rows] == pytest.approx([r["loss"] for r in kept], rel=1e-12)
-    assert [row.step for row in rows if "val/loss" in row.values] == [100, 200]
+    assert [row.step for row in rows if "val/loss" in row.values] == [30, 60]
     assert all("val/exact_match" in row.values for row in rows if "val/loss" in row.values)
     # The predictions table rides on the row as it is sent; a killed segment's unflushed rows come
     # back from metrics.jsonl, which has the numbers but not the table, so only the last is sure.
@@ -81,7 +86,7 @@ def test_two_interruptions_leave_one_run_with_every_step_once(tmp_path, wandb_of
     # report: restarts, causes and goodput agree with the ledger and the metrics.
     summary = summarize(load(rdir))
     acc = summary.acc
-    assert acc.finished and acc.steps_done == 200 and acc.restarts == 2
+    assert acc.finished and acc.steps_done == STEPS and acc.restarts == 2
     assert acc.restarts_by_cause == {"stopped (SIGUSR1)": 1, "killed": 1}
     ev = events(rdir)
     starts = [i for i, e in enumerate(ev) if e.kind is Kind.START]
@@ -108,6 +113,6 @@ def test_two_interruptions_leave_one_run_with_every_step_once(tmp_path, wandb_of
     assert (rdir / "report.png").stat().st_size > 10_000
 
     # A relaunch that changes what the run computes is refused, naming the key.
-    code, out = finish(launch(root, "tracked", evaluated, "optim.lr=3e-4"))
+    code, out = finish(launch(root, "tracked", *SHORT, "optim.lr=3e-4"))
     assert code == ExitCode.CONFIG
     assert "optim.lr (0.001 -> 0.0003)" in out and "run.fork=true" in out
