@@ -269,7 +269,8 @@ def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_se
         assert (state["data_state"]["samples_consumed"], state["world_size"]) == (step * 4, world_size), step
     # From the checkpoint it shrank with (the tests above check the state a run shrinks with), on
     # one rank until it grew back and on two after it: the models of a local run resized there.
-    twin = continued(rdir, shrunk_at, tmp_path / "twin", (1, grown_at), (2, 0), overrides=(RESIZED_STEPS, *KEEP_EVERY_CHECKPOINT))
+    twin = continued(rdir, shrunk_at, tmp_path / "twin", (1, grown_at), (2, 0),
+                     overrides=(RESIZED_STEPS, *KEEP_EVERY_CHECKPOINT))
     assert_bit_identical(final_tensors(twin, grown_at), final_tensors(rdir, grown_at))
     assert_bit_identical(final_tensors(twin), final_tensors(rdir))
 
