@@ -178,7 +178,8 @@ def test_an_xid_drains_the_node_and_the_run_continues_on_the_spare(idle_cluster,
 
 
 KEEP_EVERY_CHECKPOINT = ("checkpoint.keep_last=20", "checkpoint.optimizer_on_last=0")
-RESIZED_STEPS = "train.max_steps=100"
+RESIZED = 100
+RESIZED_STEPS = f"train.max_steps={RESIZED}"
 """The shrink and grow tests' length (more than jobs.STEPS): two restarts, each after a checkpoint of
 its own, and steps after the last to end at the new size. Also the length their twins continue to."""
 
@@ -226,11 +227,11 @@ def test_two_failures_with_one_spare_shrink_to_one_node_with_the_same_global_bat
     # the model it shrank with is the uninterrupted run's, and so is the data position (steps x
     # global batch), on one rank as on two
     assert_bit_identical(final_tensors(ref, 75), final_tensors(rdir, 75))
-    for step in (75, 100):
+    for step in (75, RESIZED):
         state = json.loads((rdir / "checkpoints" / f"step_{step:08d}" / "train_state.json").read_text())
         assert state["data_state"]["samples_consumed"] == step * 4 and state["world_size"] == (2 if step == 75 else 1)
     twin = continued(ref, 75, tmp_path / "twin", (1, 0), overrides=(RESIZED_STEPS,))
-    assert_bit_identical(final_tensors(twin), final_tensors(rdir))
+    assert_bit_identical(final_tensors(twin, RESIZED), final_tensors(rdir, RESIZED))
 
 
 def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_service(idle_cluster, tmp_path):
@@ -264,7 +265,7 @@ def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_se
     resumed = {e.job_step: e for e in of(ev, Kind.RESUME)}
     shrunk_at, grown_at = resumed[1].step, resumed[2].step
     assert (resumed[1].details.saved_world_size, resumed[2].details.saved_world_size) == (2, 1)
-    for step, world_size in ((shrunk_at, 2), (grown_at, 1), (100, 2)):
+    for step, world_size in ((shrunk_at, 2), (grown_at, 1), (RESIZED, 2)):
         state = json.loads((rdir / "checkpoints" / f"step_{step:08d}" / "train_state.json").read_text())
         assert (state["data_state"]["samples_consumed"], state["world_size"]) == (step * 4, world_size), step
     # From the checkpoint it shrank with (the tests above check the state a run shrinks with), on
@@ -272,7 +273,7 @@ def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_se
     twin = continued(rdir, shrunk_at, tmp_path / "twin", (1, grown_at), (2, 0),
                      overrides=(RESIZED_STEPS, *KEEP_EVERY_CHECKPOINT))
     assert_bit_identical(final_tensors(twin, grown_at), final_tensors(rdir, grown_at))
-    assert_bit_identical(final_tensors(twin), final_tensors(rdir))
+    assert_bit_identical(final_tensors(twin, RESIZED), final_tensors(rdir, RESIZED))
 
 
 def test_without_a_spare_below_min_nodes_the_job_requeues_without_the_lost_node(idle_cluster, tmp_path):
