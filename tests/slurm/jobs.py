@@ -14,9 +14,10 @@ from pathlib import Path
 
 from tests.integration.runs import REPO, SMALL, events, finish, launch, run_dir
 
-# Shorter than runs.SMALL's 200 steps: every failure these tests inject comes by step 70, and each
-# step of a Slurm test runs beside the CPU-bound tests. A test that needs more steps says so.
-STEPS = 120
+# Shorter than runs.SMALL's 200 steps: every failure these tests inject comes between the checkpoint
+# of step 25 and the next (at 50), so each resumed run replays steps, and each step of a Slurm test
+# runs beside the CPU-bound tests. A test that needs more steps says so.
+STEPS = 60
 SLURM_STEPS = f"train.max_steps={STEPS}"
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "PREEMPTED"}

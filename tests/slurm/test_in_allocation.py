@@ -61,7 +61,7 @@ def test_a_killed_rank_continues_on_the_spare_in_the_same_job(idle_cluster, tmp_
     ref = reference(2)
     job = submit(tmp_path, "spare", *DRIVEN, "cluster.spare_nodes=1")
     rdir = run_dir(tmp_path, "spare")
-    wait_for_step(rdir, 60, 120)
+    wait_for_step(rdir, 35, 120)
     dead = kill_driven_task(job, 1)
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
 
@@ -107,7 +107,7 @@ def test_a_stopped_rank_is_found_and_named_within_10_s_at_the_default_settings(i
     ref = reference(2)
     job = submit(tmp_path, "stopped", *DRIVEN, "cluster.spare_nodes=1")
     rdir = run_dir(tmp_path, "stopped")
-    wait_for_step(rdir, 60, 120)
+    wait_for_step(rdir, 35, 120)
     pid = of(events(rdir), Kind.START)[-1].details.pids[1]
     stopped = node_of(job, 1)
     stopped_at = time.time()
@@ -131,7 +131,7 @@ def test_after_a_cuda_class_error_every_process_restarts(idle_cluster, tmp_path)
     """Fault injected: the RuntimeError a CUDA illegal memory access raises, on rank 1 (no GPU here).
     The survivor's device state is not trusted after it: a step restart, in place, with why."""
     ref = reference(2)
-    job = submit(tmp_path, "cuda", *DRIVEN, "cluster.spare_nodes=1", "fault.cuda_error_at_step=60", "fault.ranks=[1]")
+    job = submit(tmp_path, "cuda", *DRIVEN, "cluster.spare_nodes=1", "fault.cuda_error_at_step=35", "fault.ranks=[1]")
     rdir = run_dir(tmp_path, "cuda")
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
 
@@ -155,7 +155,7 @@ def test_an_xid_drains_the_node_and_the_run_continues_on_the_spare(idle_cluster,
     job = submit(tmp_path, "xid", *DRIVEN, "cluster.spare_nodes=1", "health.check_every_s=2", "health.drain=true",
                  f"health.kernel_log={kmsg}/%n.log", f"cluster.exclude_file={tmp_path}/exclude.json")
     rdir = run_dir(tmp_path, "xid")
-    wait_for_step(rdir, 40, 120)
+    wait_for_step(rdir, 30, 120)
     bad = node_of(job, 1)
     with open(kmsg / f"{bad}.log", "a") as f:
         f.write(f"[ 1234.567890] {XID_LINES[79]}\n")
@@ -178,6 +178,10 @@ def test_an_xid_drains_the_node_and_the_run_continues_on_the_spare(idle_cluster,
 
 
 KEEP_EVERY_CHECKPOINT = ("checkpoint.keep_last=20", "checkpoint.optimizer_on_last=0")
+RESIZED = 100
+RESIZED_STEPS = f"train.max_steps={RESIZED}"
+"""The shrink and grow tests' length (more than jobs.STEPS): two restarts, each after a checkpoint of
+its own, and steps after the last to end at the new size. Also the length their twins continue to."""
 
 
 def continued(run: Path, step: int, root: Path, *legs: tuple[int, int], overrides: tuple[str, ...] = ()) -> Path:
@@ -201,15 +205,14 @@ def continued(run: Path, step: int, root: Path, *legs: tuple[int, int], override
 
 
 def test_two_failures_with_one_spare_shrink_to_one_node_with_the_same_global_batch(idle_cluster, tmp_path):
-    steps = "train.max_steps=200"  # two failures, each after a checkpoint of its own
-    ref = reference(2, steps)
-    job = submit(tmp_path, "shrink", *DRIVEN, steps, "cluster.spare_nodes=1", "cluster.elastic.min_nodes=1",
+    ref = reference(2, RESIZED_STEPS)
+    job = submit(tmp_path, "shrink", *DRIVEN, RESIZED_STEPS, "cluster.spare_nodes=1", "cluster.elastic.min_nodes=1",
                  "fault.step_sleep_s=0.1")
     rdir = run_dir(tmp_path, "shrink")
-    wait_for_step(rdir, 155, 150)
-    kill_driven_task(job, 1)  # resumes from 150 on the spare
-    wait_until("the restarted run's checkpoint of step 175",
-               lambda: [e for e in of(events(rdir), Kind.SAVE) if e.step == 175 and e.job_step == 1], 120, 0.1)
+    wait_for_step(rdir, 55, 150)
+    kill_driven_task(job, 1)  # resumes from 50 on the spare
+    wait_until("the restarted run's checkpoint of step 75",
+               lambda: [e for e in of(events(rdir), Kind.SAVE) if e.step == 75 and e.job_step == 1], 120, 0.1)
     # the spare is gone too: one node left (rank 1 is now the first task of the replacement's step)
     kill_driven_task(job, 0, job_step=1)
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
@@ -220,15 +223,15 @@ def test_two_failures_with_one_spare_shrink_to_one_node_with_the_same_global_bat
     assert third.job_step == 2 and third.details.ntasks == 1 and job_state(job)["Restarts"] == "0"
     (start,) = [e for e in of(ev, Kind.START) if e.job_step == 2]
     (resume,) = [e for e in of(ev, Kind.RESUME) if e.job_step == 2]
-    assert start.details.world_size == 1 and resume.details.saved_world_size == 2 and resume.step == 175
+    assert start.details.world_size == 1 and resume.details.saved_world_size == 2 and resume.step == 75
     # the model it shrank with is the uninterrupted run's, and so is the data position (steps x
     # global batch), on one rank as on two
-    assert_bit_identical(final_tensors(ref, 175), final_tensors(rdir, 175))
-    for step in (175, 200):
+    assert_bit_identical(final_tensors(ref, 75), final_tensors(rdir, 75))
+    for step in (75, RESIZED):
         state = json.loads((rdir / "checkpoints" / f"step_{step:08d}" / "train_state.json").read_text())
-        assert state["data_state"]["samples_consumed"] == step * 4 and state["world_size"] == (2 if step == 175 else 1)
-    twin = continued(ref, 175, tmp_path / "twin", (1, 0))
-    assert_bit_identical(final_tensors(twin), final_tensors(rdir))
+        assert state["data_state"]["samples_consumed"] == step * 4 and state["world_size"] == (2 if step == 75 else 1)
+    twin = continued(ref, 75, tmp_path / "twin", (1, 0), overrides=(RESIZED_STEPS,))
+    assert_bit_identical(final_tensors(twin, RESIZED), final_tensors(rdir, RESIZED))
 
 
 def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_service(idle_cluster, tmp_path):
@@ -236,11 +239,11 @@ def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_se
     kmsg.mkdir()
     for node in NODES:
         (kmsg / f"{node}.log").write_text("")
-    job = submit(tmp_path, "grow", *DRIVEN, "train.max_steps=200", *KEEP_EVERY_CHECKPOINT, "cluster.elastic.min_nodes=1",
+    job = submit(tmp_path, "grow", *DRIVEN, RESIZED_STEPS, *KEEP_EVERY_CHECKPOINT, "cluster.elastic.min_nodes=1",
                  "health.check_every_s=2", "health.drain=true", f"health.kernel_log={kmsg}/%n.log",
                  f"cluster.exclude_file={exclude}")
     rdir = run_dir(tmp_path, "grow")
-    wait_for_step(rdir, 40, 120)
+    wait_for_step(rdir, 30, 120)
     bad = node_of(job, 1)
     with open(kmsg / f"{bad}.log", "a") as f:
         f.write(f"[ 1234.567890] {XID_LINES[79]}\n")
@@ -262,21 +265,22 @@ def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_se
     resumed = {e.job_step: e for e in of(ev, Kind.RESUME)}
     shrunk_at, grown_at = resumed[1].step, resumed[2].step
     assert (resumed[1].details.saved_world_size, resumed[2].details.saved_world_size) == (2, 1)
-    for step, world_size in ((shrunk_at, 2), (grown_at, 1), (200, 2)):
+    for step, world_size in ((shrunk_at, 2), (grown_at, 1), (RESIZED, 2)):
         state = json.loads((rdir / "checkpoints" / f"step_{step:08d}" / "train_state.json").read_text())
         assert (state["data_state"]["samples_consumed"], state["world_size"]) == (step * 4, world_size), step
     # From the checkpoint it shrank with (the tests above check the state a run shrinks with), on
     # one rank until it grew back and on two after it: the models of a local run resized there.
-    twin = continued(rdir, shrunk_at, tmp_path / "twin", (1, grown_at), (2, 0), overrides=KEEP_EVERY_CHECKPOINT)
+    twin = continued(rdir, shrunk_at, tmp_path / "twin", (1, grown_at), (2, 0),
+                     overrides=(RESIZED_STEPS, *KEEP_EVERY_CHECKPOINT))
     assert_bit_identical(final_tensors(twin, grown_at), final_tensors(rdir, grown_at))
-    assert_bit_identical(final_tensors(twin), final_tensors(rdir))
+    assert_bit_identical(final_tensors(twin, RESIZED), final_tensors(rdir, RESIZED))
 
 
 def test_without_a_spare_below_min_nodes_the_job_requeues_without_the_lost_node(idle_cluster, tmp_path):
     ref = reference(2)
     job = submit(tmp_path, "requeued", *DRIVEN, "cluster.elastic.min_nodes=2")
     rdir = run_dir(tmp_path, "requeued")
-    wait_for_step(rdir, 60, 120)
+    wait_for_step(rdir, 35, 120)
     dead = kill_driven_task(job, 1)
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
 
@@ -297,7 +301,7 @@ def test_the_restart_reads_the_buddy_copy_when_the_dead_nodes_disk_is_gone(idle_
     job = submit(tmp_path, "buddy", *DRIVEN, "cluster.spare_nodes=1", f"checkpoint.hot_dir={hot}/%n",
                  "cluster.restart_in_process=false")
     rdir = run_dir(tmp_path, "buddy")
-    wait_for_step(rdir, 60, 120)
+    wait_for_step(rdir, 35, 120)
     dead = node_of(job, 1)
     shutil.rmtree(hot / dead)  # the node's disk, then the node
     kill_driven_task(job, 1)

@@ -12,13 +12,17 @@ import torch
 from resilient_slurm.ledger import Kind
 from tests.integration.runs import events, run_dir
 from tests.integration.test_nd_runs import chunks
-from tests.slurm.jobs import STEPS, describe, kill_driven_task, reference, submit, wait_for_end, wait_for_step
+from tests.slurm.jobs import describe, kill_driven_task, reference, submit, wait_for_end, wait_for_step
 
 pytestmark = pytest.mark.slurm
 
-LAYOUT = ["parallel.tp=2", "parallel.dp_replicate=2", "data.micro_batch_size=1"]
+# A step at tp 2 x HSDP costs ~1 s on 4 CPU ranks (DTensor), 5x one at 2 ranks: fewer steps than the
+# other Slurm tests, and a checkpoint every 10 so the fault (at step 15) still comes between two, with
+# 25 steps left to inject it in.
+STEPS = 40
+LAYOUT = ["parallel.tp=2", "parallel.dp_replicate=2", "data.micro_batch_size=1", f"train.max_steps={STEPS}"]
 TP_HSDP = ["cluster.nodes=2", "cluster.tasks_per_node=2", "cluster.collective_timeout_s=60", "cluster.time_min=10",
-           "fault.step_sleep_s=0.05", "tracking.mode=disabled", *LAYOUT]
+           "fault.step_sleep_s=0.05", "tracking.mode=disabled", "checkpoint.every_steps=10", *LAYOUT]
 
 
 def assert_same_checkpoint(a, b) -> None:
@@ -32,7 +36,7 @@ def test_a_tp_x_hsdp_job_requeued_by_slurm_ends_as_it_would_uninterrupted(slurm_
     ref = reference(4, *LAYOUT)
     job = submit(tmp_path, "requeued", *TP_HSDP)
     rdir = run_dir(tmp_path, "requeued")
-    wait_for_step(rdir, 40, 180)
+    wait_for_step(rdir, 15, 180)
     slurm_cluster.run("scontrol", "requeue", job)
     assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
     got = events(rdir)
@@ -45,7 +49,7 @@ def test_a_tp_x_hsdp_job_that_loses_a_node_goes_on_on_the_spare(idle_cluster, tm
     ref = reference(4, *LAYOUT)
     job = submit(tmp_path, "spare", *TP_HSDP, "cluster.spare_nodes=1")
     rdir = run_dir(tmp_path, "spare")
-    wait_for_step(rdir, 40, 180)
+    wait_for_step(rdir, 15, 180)
     dead = kill_driven_task(job, 2)  # the second node's first rank: its TP group, one replica's shard
     assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
     got = events(rdir)

@@ -50,7 +50,7 @@ def test_xid_79_during_a_job_drains_and_excludes_the_node_and_the_job_finishes_e
     ref = reference(1)
     job = submit(tmp_path, "xid79", *health_overrides(state_dir))
     rdir = run_dir(tmp_path, "xid79")
-    wait_for_step(rdir, 40, 120)
+    wait_for_step(rdir, 25, 120)
     node_a = job_state(job)["NodeList"]
     append_kernel_line(state_dir, node_a, XID_LINES[79])
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)

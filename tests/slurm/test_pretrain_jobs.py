@@ -20,14 +20,16 @@ from tests.slurm.jobs import describe, job_state, kill_driven_task, wait_for_end
 
 pytestmark = pytest.mark.slurm
 
-STEPS = 150
+# A checkpoint every 10 steps: the kill (at step 15) and the requeue (at 35) each come after one of its
+# own, with 25 steps left to make each in, and both runs keep several to compare the data position at.
+STEPS = 60
+RUN = ["train.threads=1", f"train.max_steps={STEPS}", "checkpoint.every_steps=10"]
 TWO_NODES = ["cluster.nodes=2", "cluster.tasks_per_node=1", "cluster.collective_timeout_s=60", "cluster.time_min=10",
-             "cluster.spare_nodes=1", "train.threads=1", f"train.max_steps={STEPS}", "fault.step_sleep_s=0.05"]
+             "cluster.spare_nodes=1", *RUN, "fault.step_sleep_s=0.05"]
 
 
 def test_pretraining_replaced_on_a_spare_then_requeued_ends_bit_identical(idle_cluster, tmp_path):
-    code, out = finish(launch(tmp_path / "ref", "ref", "cluster.ranks=2", "train.threads=1", f"train.max_steps={STEPS}",
-                              base=PRETRAIN), timeout=900)
+    code, out = finish(launch(tmp_path / "ref", "ref", "cluster.ranks=2", *RUN, base=PRETRAIN), timeout=900)
     assert code == 0, out
     done = subprocess.run([sys.executable, "-m", "resilient_slurm.launch", *PRETRAIN, "cluster=slurm",
                            f"run.root={tmp_path}", "run.name=job", *TWO_NODES],
@@ -35,9 +37,9 @@ def test_pretraining_replaced_on_a_spare_then_requeued_ends_bit_identical(idle_c
     assert done.returncode == 0, done.stdout + done.stderr
     job = re.search(r"submitted job (\d+)", done.stdout).group(1)
     run = rdir(tmp_path, "job")
-    wait_for_step(run, 40, 240)
+    wait_for_step(run, 15, 240)
     dead = kill_driven_task(job, 1)
-    wait_for_step(run, 90, 240)
+    wait_for_step(run, 35, 240)
     idle_cluster.run("scontrol", "requeue", job)
     assert wait_for_end(job, run, 400) == "COMPLETED", describe(job, run)
 

@@ -19,14 +19,19 @@ import pytest
 from resilient_slurm.ledger import Kind
 from resilient_slurm.process.launch import RankLaunch
 from tests.integration.runs import events, run_dir
-from tests.slurm.jobs import STEPS, describe, driven_tasks, job_state, reference, submit, wait_for_end, wait_for_step, wait_until
+from tests.slurm.jobs import describe, driven_tasks, job_state, reference, submit, wait_for_end, wait_for_step, wait_until
 
 GROUP = RankLaunch.variable("replica_group")
 """The variable that names a rank's replica group (how a test finds a group's processes)."""
 
 pytestmark = pytest.mark.slurm
 
-GROUPS = ["parallel.dp_replicate=2", "cluster.replica_ft=true", "cluster.replica_timeout_s=20"]
+# More than jobs.STEPS: after the kill at step 40 the survivor trains on while the driver wakes the
+# standby and it heals and joins, which it must do before the run ends.
+STEPS = 120
+TWIN = ("parallel.dp_replicate=2", f"train.max_steps={STEPS}")
+"""Plain HSDP over two ranks: the uninterrupted twin's overrides (its reference run shared with the SDC test)."""
+GROUPS = [*TWIN, "cluster.replica_ft=true", "cluster.replica_timeout_s=20"]
 DRIVEN = ["cluster.nodes=2", "cluster.tasks_per_node=1", "cluster.spare_nodes=1", "cluster.collective_timeout_s=60",
           "cluster.time_min=10", "fault.step_sleep_s=0.05", "tracking.mode=disabled"]
 NODES = ("n1", "n2", "n3")
@@ -47,7 +52,7 @@ def losses(rdir: Path, name: str = "metrics.jsonl") -> dict[int, float]:
 
 
 def test_a_killed_group_is_replaced_on_the_spare_while_the_other_trains_on(idle_cluster, tmp_path):
-    twin = losses(reference(2, "parallel.dp_replicate=2"))  # plain HSDP, uninterrupted (shared with the SDC test)
+    twin = losses(reference(2, *TWIN))
     job = submit(tmp_path, "groups", *DRIVEN, *GROUPS)
     rdir = run_dir(tmp_path, "groups")
     wait_for_step(rdir, 40, 180)

@@ -31,6 +31,7 @@ from tests.slurm.jobs import (
     wait_for_step,
     wait_until,
 )
+from tests.slurm.test_in_allocation import RESIZED_STEPS
 
 pytestmark = pytest.mark.slurm
 
@@ -42,15 +43,16 @@ def attempts(ev):
 
 
 def test_time_limit_warning_saves_requeues_and_resumes_bit_identical(slurm_cluster, tmp_path):
-    steps = ["train.max_steps=300"]
+    steps = [RESIZED_STEPS]  # 100, the shrink test's: one reference run for both
     ref = reference(2, *steps)
     # A 2-minute limit with a 30 s warning: Slurm sends it 30-90 s in (up to 60 s early), before
-    # 300 steps paced at 0.3 s end (about 100 s after the first step). The warning can come early
-    # again in the second attempt, so a third attempt is the same story once more.
+    # 100 steps paced at 0.9 s end (over 90 s after the first step, whatever the machine's load).
+    # The warning can come early again in the second attempt, so a third attempt is the same story
+    # once more.
     # The collective timeout under the 30 s lead (the timeout hierarchy config/schema.py checks).
     nodes = [o for o in TWO_NODES if not o.startswith("cluster.collective_timeout_s=")]
     job = submit(tmp_path, "timed", *nodes, *steps, "cluster.time_min=2", "cluster.signal_lead_s=30",
-                 "cluster.collective_timeout_s=20", "fault.step_sleep_s=0.3")
+                 "cluster.collective_timeout_s=20", "fault.step_sleep_s=0.9")
     rdir = run_dir(tmp_path, "timed")
     assert wait_for_end(job, rdir, 450) == "COMPLETED", describe(job, rdir)
 
@@ -63,16 +65,16 @@ def test_time_limit_warning_saves_requeues_and_resumes_bit_identical(slurm_clust
     assert len(requeues) == warned and all("SIGUSR1" in e.details.reason and e.details.ok for e in requeues)
     assert all("SIGUSR1" in a.details.cause for a in attempts(ev)[1:])
     saves = [e.step for e in ev if e.kind is Kind.SAVE and e.details.reason == "emergency"]
-    assert len(saves) == warned and saves == sorted(set(saves)) and 0 < saves[0] and saves[-1] < 300, saves
+    assert len(saves) == warned and saves == sorted(set(saves)) and 0 < saves[0] and saves[-1] < 100, saves
     assert [e.details.signal for e in ev if e.kind is Kind.SIGNAL] == ["SIGUSR1"] * 2 * warned  # both ranks
-    assert_bit_identical(final_tensors(ref, 300), final_tensors(rdir, 300))
+    assert_bit_identical(final_tensors(ref, 100), final_tensors(rdir, 100))
 
 
 def test_scontrol_requeue_mid_run_resumes_bit_identical(slurm_cluster, tmp_path):
     ref = reference(2)
     job = submit(tmp_path, "requeued", *TWO_NODES, "cluster.time_min=10", "fault.step_sleep_s=0.05")
     rdir = run_dir(tmp_path, "requeued")
-    wait_for_step(rdir, 60, 120)
+    wait_for_step(rdir, 35, 120)
     slurm_cluster.run("scontrol", "requeue", job)
     assert wait_for_end(job, rdir, 180) == "COMPLETED", describe(job, rdir)
 
@@ -89,9 +91,10 @@ def test_scontrol_requeue_mid_run_resumes_bit_identical(slurm_cluster, tmp_path)
 def test_preemption_saves_within_grace_requeues_and_resumes_bit_identical(slurm_cluster, tmp_path):
     one_full_node = ["cluster.nodes=1", "cluster.cpus_per_task=2", "train.threads=1"]
     ref = reference(1)
-    job = submit(tmp_path, "preempted", *one_full_node, "cluster.time_min=10", "fault.step_sleep_s=0.05")
+    # Paced so the 30 steps left after step 30 outlast the high-priority job's scheduling
+    job = submit(tmp_path, "preempted", *one_full_node, "cluster.time_min=10", "fault.step_sleep_s=0.25")
     rdir = run_dir(tmp_path, "preempted")
-    wait_for_step(rdir, 40, 120)
+    wait_for_step(rdir, 30, 120)
     node = job_state(job)["NodeList"]
     high = slurm_cluster.run("sbatch", "--parsable", "-p", "high", "-w", node, "-c", "2", "--time=2",
                              "--output=/dev/null", "--wrap", "sleep 15").strip()
@@ -113,7 +116,7 @@ def test_a_killed_rank_ends_the_attempt_and_the_job_requeues_and_finishes(slurm_
     job = submit(tmp_path, "killed", *TWO_NODES, "cluster.time_min=10", "fault.step_sleep_s=0.05",
                  "cluster.max_restarts=2")
     rdir = run_dir(tmp_path, "killed")
-    wait_for_step(rdir, 60, 120)
+    wait_for_step(rdir, 35, 120)
     kill_task(job, victim)
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
 
@@ -146,14 +149,14 @@ def test_the_same_crash_every_attempt_stops_after_the_restart_budget(slurm_clust
 
 def test_an_injected_hang_is_ended_requeued_and_finishes(slurm_cluster, tmp_path):
     ref = reference(2)
-    job = submit(tmp_path, "hung", *TWO_NODES, "cluster.time_min=10", "fault.hang_at_step=70",
+    job = submit(tmp_path, "hung", *TWO_NODES, "cluster.time_min=10", "fault.hang_at_step=35",
                  "monitor.hang_floor_s=5", "monitor.hang_first_step_s=120")
     rdir = run_dir(tmp_path, "hung")
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
 
     ev = events(rdir)
     hangs = [e for e in ev if e.kind is Kind.HANG]
-    assert hangs and hangs[0].step == 69
+    assert hangs and hangs[0].step == 34
     assert {e.rank for e in ev if e.kind in (Kind.HANG, Kind.STACKS_DUMPED)} == {0, 1}
     (requeue,) = [e for e in ev if e.kind is Kind.REQUEUE]
     assert "hang: no step completed" in requeue.details.reason and requeue.details.ok
@@ -188,7 +191,7 @@ def test_the_sbatch_template_requeued_once_finishes(slurm_cluster, tmp_path):
     ).strip()
     slurm_cluster.submitted.append(job)
     rdir = run_dir(tmp_path, "templated")
-    wait_for_step(rdir, 60, 120)
+    wait_for_step(rdir, 35, 120)
     slurm_cluster.run("scontrol", "requeue", job)
     assert wait_for_end(job, rdir, 180) == "COMPLETED", describe(job, rdir) + out.read_text()[-2000:]
 
@@ -202,7 +205,7 @@ def test_the_sbatch_template_requeued_once_finishes(slurm_cluster, tmp_path):
 def test_a_job_cancelled_by_its_user_saves_and_does_not_requeue(slurm_cluster, tmp_path):
     job = submit(tmp_path, "cancelled", "cluster.time_min=10", "fault.step_sleep_s=0.05")
     rdir = run_dir(tmp_path, "cancelled")
-    wait_for_step(rdir, 30, 120)
+    wait_for_step(rdir, 20, 120)
     slurm_cluster.run("scancel", job)
     assert wait_for_end(job, rdir, 60) == "CANCELLED"
     wait_until("the emergency save", lambda: [e for e in events(rdir) if e.kind is Kind.STOP], 30)

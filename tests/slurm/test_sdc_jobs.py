@@ -12,16 +12,17 @@ import pytest
 from resilient_slurm.health import exclude_list
 from resilient_slurm.ledger import Kind
 from tests.integration.runs import assert_bit_identical, events, final_tensors, run_dir
-from tests.slurm.jobs import STEPS, describe, job_state, reference, submit, wait_for_end
+from tests.slurm.jobs import describe, job_state, reference, submit, wait_for_end
 from tests.slurm.test_in_allocation import DRIVEN, of
 from tests.slurm.test_node_health import node_states
+from tests.slurm.test_replica_groups_jobs import STEPS, TWIN
 
 pytestmark = pytest.mark.slurm
 
 
 def test_a_flipped_bit_is_healed_its_node_drained_and_the_run_goes_on_on_the_spare(idle_cluster, tmp_path):
-    ref = reference(2, "parallel.dp_replicate=2")
-    job = submit(tmp_path, "sdc", *DRIVEN, "cluster.spare_nodes=1", "parallel.dp_replicate=2", "health.drain=true",
+    ref = reference(2, *TWIN)  # the replica test's twin: one reference run for both
+    job = submit(tmp_path, "sdc", *DRIVEN, "cluster.spare_nodes=1", *TWIN, "health.drain=true",
                  "fault.sdc_step=30", "fault.sdc_rank=1", f"cluster.exclude_file={tmp_path}/exclude.json")
     rdir = run_dir(tmp_path, "sdc")
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
