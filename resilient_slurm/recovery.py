@@ -113,15 +113,17 @@ COLLECTIVE_TIMEOUT = re.compile(r"timed out|timeout|watchdog caught collective",
 def inprocess_refusal(hung: bool, errors: Iterable[str], survivors: int, same_size: bool) -> str | None:
     """Why the ranks that survived a failure must not restart in their own processes (None: they
     may): after a hang or a CUDA-class error every process starts anew, as it does when no rank
-    survived or the world changes size (the survivors keep their ranks). Pure."""
+    survived or the world changes size (the survivors keep their ranks). A CUDA-class error is named
+    before a hang: its rank's peers wait for it in a collective, so their silence or timeout is its
+    consequence, and which of the two the driver sees first is a race. Pure."""
     errors = list(errors)
+    cuda = next((e for e in errors if CUDA_CLASS.search(e)), None)
+    if cuda is not None:
+        return f"a CUDA-class error ({_short(cuda, 120)}): every process restarts, on fresh device state"
     timed_out = next((e for e in errors if COLLECTIVE_TIMEOUT.search(e)), None)
     if hung or timed_out is not None:
         return (f"a hang{f' ({_short(timed_out, 120)})' if timed_out else ''}: every process restarts (a hung "
                 f"rank cannot be told to rejoin, and its peers' state may differ)")
-    cuda = next((e for e in errors if CUDA_CLASS.search(e)), None)
-    if cuda is not None:
-        return f"a CUDA-class error ({_short(cuda, 120)}): every process restarts, on fresh device state"
     if survivors == 0:
         return "no rank survived"
     if not same_size:

@@ -252,7 +252,10 @@ class Driver:
                     self.job.job_id)
         self.decided_at = time.time()
         if self.job.launch.rejoin:
-            self.refused = recovery.inprocess_refusal(True, (), 0, True) or ""
+            key = (self.job.job_id, self.job.restart, gen.step_id)
+            errors = [e.details.error for e in read_events(RunDir(self.job.path).events)
+                      if isinstance(e.details, Crash) and recovery.attempt_key(e) == key]
+            self.refused = recovery.inprocess_refusal(True, errors, 0, True) or ""
 
     def _stragglers(self, gen: Generation, alloc: Allocation) -> bool:
         """Record each straggler found; plan its node's swap for a spare at the next checkpoint

@@ -50,6 +50,11 @@ def test_a_peer_gone_under_a_pipeline_stage_is_found_in_the_error_it_was_raised_
     (False, ["RuntimeError: CUDA error: an illegal memory access was encountered"], 3, True, "CUDA-class"),
     (False, ["RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error"], 3, True, "CUDA-class"),
     (False, ["GPU has fallen off the bus (Xid 79)"], 3, True, "CUDA-class"),
+    # the failed rank's CUDA error, then its peers' silence or timeout while they wait for it: the error is the cause
+    (True, ["RuntimeError: CUDA error: an illegal memory access was encountered"], 3, True, "CUDA-class"),
+    (False, ["RuntimeError: CUDA error: an illegal memory access was encountered",
+             "RuntimeError: [gloo/transport/tcp/pair.cc:446] Timed out waiting 30000ms for recv operation"], 1, True,
+     "CUDA-class"),
     (False, ["TaskLost: Killed"], 0, True, "no rank survived"),
     (False, ["TaskLost: Killed"], 3, False, "changes size"),
 ])
