@@ -63,7 +63,7 @@ class Watchdog:
         while not self._stop.wait(POLL_S):
             limit = hang_timeout_s(list(self.recent), self.cfg)
             waited = time.monotonic() - self.last_beat
-            if waited > limit:
+            if waited > limit and claim_hang(self.logs, self.started_at):
                 self._fire(waited, limit)
             elif marker.exists() and marker.stat().st_mtime >= self.started_at and not self._dumped():
                 dump = self._dump(f"a peer rank found the run hung; this rank waited {waited:.0f}s since step {self.step}")
@@ -103,7 +103,6 @@ class Watchdog:
         step = self.step
         reason = f"no step completed for {waited:.0f}s (limit {limit:.0f}s) after step {step}"
         dump = self._dump(reason)
-        (self.logs / HANG_MARKER).touch()
         dump_flight_recorder(dump.with_suffix(".flight-recorder.json"))
         self.events.emit(Hang(reason=reason, waited_s=round(waited, 1), limit_s=round(limit, 1), stacks=str(dump)),
                          step)
@@ -113,3 +112,23 @@ class Watchdog:
             self.on_hang(step, reason)
         finally:
             os._exit(self.exit_code)
+
+
+def claim_hang(logs: Path, since: float) -> bool:
+    """Whether this rank is the first since `since` (its start) to find the run hung, and so the one
+    to record it: the ranks' watchdogs count from the same step and reach their limit together, and
+    one hang must be one record. The marker is created exclusively; one that is older than `since`
+    is an earlier start's, and is replaced. A marker already there is a peer's claim (or the
+    supervisor's, which found the hang first): this rank dumps its stacks as a peer instead."""
+    marker = logs / HANG_MARKER
+    try:
+        if marker.stat().st_mtime >= since:
+            return False
+        marker.unlink()
+    except FileNotFoundError:
+        pass
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
