@@ -114,9 +114,12 @@ class MonitorConfig:
     heartbeat_factor: float = 10.0
     """How many of a rank's typical gaps between progress beats (the median of its last 20) it may
     stay silent, when that is longer than heartbeat_timeout_s (0: the timeout alone)."""
-    heartbeat_alive_s: float = 3.0
+    heartbeat_alive_s: float = 5.0
     """A training rank that sends neither progress nor liveness beats (twice a second, from a
-    thread of its own) for this long is hung at once: its process is stopped, or gone with its node."""
+    thread of its own) for this long is hung at once: its process is stopped, or gone with its node.
+    5 s, not less: on an overloaded host (2 cores at load 7) a healthy rank's beats were 3 s late
+    while its first optimizer step after a resume ran DTensor's sharding propagation, and a 3 s
+    limit killed it as hung."""
     flight_recorder: int = 2000
     """Collectives PyTorch's flight recorder keeps per rank (TORCH_FR_BUFFER_SIZE; 0: off). Its
     entries are dumped beside the stacks when a hang is found, and by NCCL itself on a collective
