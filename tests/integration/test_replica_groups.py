@@ -6,13 +6,18 @@ the network (no checkpoint read: the ledger has no resume) and joins at a step b
 lost (metrics-lost.jsonl stays empty, metrics.jsonl has every step once), and the losses match an
 uninterrupted twin, plain HSDP over the same two ranks, within 1e-4 relative (the sums' order
 differs while a group is missing). Real processes, a real SIGKILL, torchft's lighthouse and
-transport; nothing is faked. One test only (the suite's time): a hang's detection and the
+transport; nothing is faked. While the lost group is away, the test holds the live group to a
+fifth of the time (SIGSTOP/SIGCONT) until the join is on record: on a loaded machine the
+replacement's start (an interpreter, torch's imports) otherwise took longer than the live group's
+remaining steps, and it joined a finished run. One test only (the suite's time): a hang's detection and the
 refusals are the same launcher paths after the failure is found, and the refusals' rules are
 unit-tested (tests/unit/replica/test_replica_plan.py)."""
 
+import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -65,6 +70,32 @@ def wait_for_event(proc, rdir: Path, kind: Kind, timeout_s: float = 120):
     raise AssertionError(f"no {kind} in {timeout_s:.0f} s")
 
 
+@contextlib.contextmanager
+def held_back(pid: int, stopped_s: float = 0.4, running_s: float = 0.1):
+    """`pid` runs `running_s` of every `stopped_s + running_s` until the block ends: slow, never
+    stopped long enough for a heartbeat (the lighthouse's, the launcher's) to miss it."""
+    done = threading.Event()
+
+    def cycle():
+        while not done.is_set():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+            done.wait(stopped_s)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+            done.wait(running_s)
+
+    thread = threading.Thread(target=cycle, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory):
     root = tmp_path_factory.mktemp("twin")
@@ -87,8 +118,9 @@ def test_a_killed_group_is_replaced_from_the_live_one_and_the_run_matches_its_tw
     wait_for_step(proc, rdir, 15)
     survivor, victim = group_pid(rdir, 0), group_pid(rdir, 1)
     assert survivor and victim
-    os.kill(victim, signal.SIGKILL)
-    join = wait_for_event(proc, rdir, Kind.REPLICA_JOIN)
+    with held_back(survivor):
+        os.kill(victim, signal.SIGKILL)
+        join = wait_for_event(proc, rdir, Kind.REPLICA_JOIN)
     assert group_pid(rdir, 0) == survivor, "the live group's process never stopped"
     replacement = group_pid(rdir, 1)
     code, out = finish(proc)
@@ -102,6 +134,7 @@ def test_a_killed_group_is_replaced_from_the_live_one_and_the_run_matches_its_tw
     assert (leave.details.group, leave.details.live, leave.rank) == (1, [0], 0)
     assert (heal.details.group, heal.details.source, heal.rank) == (1, 0, 1) and heal.details.bytes > 0
     assert (join.details.group, join.details.live, join.rank) == (1, [0, 1], 1)
+    print(f"group 1 left at step {leave.step}, healed at {heal.step}, joined at {join.step} of {STEPS}")
     assert replacement != victim and 15 < heal.step <= join.step < STEPS
     rows = [json.loads(line) for line in (rdir / "metrics.jsonl").read_text().splitlines()]
     short = [r["step"] for r in rows if r["replica_missing"]]
