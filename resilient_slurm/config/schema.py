@@ -228,7 +228,7 @@ def timeouts(cfg: Config) -> list[str]:
 def replica_problems(cfg: Config) -> list[str]:
     """`cluster.replica_ft`: replica groups to fail over between, at least `replica_min` of them, the
     built-in trainer (it moves a lost group's micro-batches to the live ones), no pipeline stages
-    and no injected bit flip (neither is built across groups), and, with Slurm, whole nodes per
+    (not built across groups), and, with Slurm, whole nodes per
     group (a group's job step runs on its own nodes)."""
     k, par = cfg.cluster, cfg.parallel
     p = Problems()
@@ -246,9 +246,6 @@ def replica_problems(cfg: Config) -> list[str]:
     p.need(par.pp == 1,
            f"cluster.replica_ft: not with pipeline parallelism yet (parallel.pp={par.pp}); set parallel.pp=1 or "
            f"cluster.replica_ft=false")
-    p.need(cfg.fault.sdc_step == 0,
-           "fault.sdc_step: the SDC sentinel does not compare replicas across replica groups (cluster.replica_ft) "
-           "yet, so the flip would go unseen; set fault.sdc_step=0, or cluster.replica_ft=false")
     p.need(k.kind != "slurm" or k.nodes % max(par.dp_replicate, 1) == 0,
            f"cluster.nodes: {k.nodes} node(s) do not split into parallel.dp_replicate={par.dp_replicate} replica groups "
            f"of whole nodes (each group is a job step of its own); use a multiple of {par.dp_replicate} nodes")

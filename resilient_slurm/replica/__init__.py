@@ -24,6 +24,7 @@ The silent-data-corruption sentinel (monitor.sdc), in the order a check runs:
     tie           two replicas differ: a third rank re-runs the update from the kept state
     buddy         no replicas: a buddy re-runs each rank's update every N steps
     shard_heal    a good copy's weights and optimizer state into the culprit's, over the network
+    across_groups the same gather and copy across replica groups, as sums over the engine
     takeout       the `sdc` record; the culprit's node out as an Xid takes one out
     sentinel      one rank's sentinel: compare after the update, rule, heal, record
 """

@@ -13,18 +13,23 @@ healed from a good one, shard by shard over the replicate dimension (`shard_heal
 and the finding recorded with its node taken out (`takeout.py`). A dispute nothing can settle is
 recorded and ends the attempt (`SdcUndecided`): the run restarts from its newest checkpoint.
 
+With replica groups (cluster.replica_ft) each group is a process group of its own: the same
+check runs over the replica engine's sum instead of the mesh's replicate dimension
+(`across_groups.py`), over the groups live at that step. Two live groups settle a tie by both
+re-running the update in place from the kept state (no third rank shares their shard's process
+group); the culprit's group is healed from a good one, and training goes on. Its node is drained
+and excluded as below, but it is not moved out of the job at once (monitor.sdc.leave_node stops
+every group, which replica groups exist to avoid): the next start leaves it out.
+
 Without replicas, `monitor.sdc.rerun_every_steps` has a buddy re-run each rank's update instead
 (`buddy.py`).
-
-The seam for replica groups that are separate jobs or process groups (per-step fault tolerance):
-`compare` takes the fingerprints of this rank's shard in every replica, and healing needs a
-broadcast over the ranks holding the shard; both are collectives over `self.group` here.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -34,14 +39,17 @@ from torch import nn
 from resilient_slurm.config import Config, Layout
 from resilient_slurm.ledger import EventLog, Sdc
 from resilient_slurm.process.signals import StopRequest
-from resilient_slurm.replica import buddy, roles, takeout, tie
+from resilient_slurm.replica import across_groups, buddy, roles, takeout, tie
+from resilient_slurm.replica.engine import Replicas
 from resilient_slurm.replica.fingerprint import fingerprints
 from resilient_slurm.replica.shard_heal import broadcast_shards
 from resilient_slurm.replica.holder import Holder
 from resilient_slurm.replica.update_rerun import KeptState
-from resilient_slurm.replica.verdict import (Dispute, Fingerprint, Opinion, Ruling, differing, finding, heal_sources,
-                                             rule)
+from resilient_slurm.replica.verdict import (EVIDENCE_TENSORS, UNDECIDED, Dispute, Fingerprint, Opinion, Ruling,
+                                             TieFacts, as_hex, differing, finding, heal_sources, rule, settle_tie)
 from resilient_slurm.session.distributed import Comm
+
+log = logging.getLogger("resilient_slurm")
 
 
 class SdcUndecided(RuntimeError):
@@ -51,15 +59,21 @@ class SdcUndecided(RuntimeError):
 
 class Sentinel:
     def __init__(self, cfg: Config, comm: Comm, layout: Layout, group: dist.ProcessGroup | None, model: nn.Module,
-                 optimizer: torch.optim.Optimizer, events: EventLog, stop: StopRequest) -> None:
+                 optimizer: torch.optim.Optimizer, events: EventLog, stop: StopRequest,
+                 engine: Replicas | None = None, writes: Callable[[], bool] | None = None) -> None:
+        """`engine`, `writes`: with replica groups, the engine their copies meet through, and
+        whether this rank writes the run's records at the moment (rank 0 of the lowest live group)."""
         s = cfg.monitor.sdc
         self.cfg, self.comm, self.layout, self.group, self.events, self.stop = cfg, comm, layout, group, events, stop
-        self.replicas = layout.dp_replicate
-        self.mode = "replicas" if self.replicas > 1 and s.enabled else "rerun" if s.rerun_every_steps else None
-        self.every = s.every_steps if self.mode == "replicas" else s.rerun_every_steps
+        self.engine, self.writes = engine, writes
+        self.replicas = engine.place.groups if engine is not None else layout.dp_replicate
+        self.mode = ("groups" if engine is not None else "replicas") if self.replicas > 1 and s.enabled \
+            else "rerun" if s.rerun_every_steps else None
+        self.every = s.every_steps if self.mode in ("replicas", "groups") else s.rerun_every_steps
         named = list(model.named_parameters())
         params: list[torch.Tensor] = [p for _, p in named]
-        keeps = self.mode == "rerun" or (self.mode == "replicas" and self.replicas == 2 and s.rerun_on_tie)
+        # With three or more groups, a tie while one is away is undecided (no copy kept for it).
+        keeps = self.mode == "rerun" or (self.mode in ("replicas", "groups") and self.replicas == 2 and s.rerun_on_tie)
         self.holder = Holder(comm, [n for n, _ in named], params, optimizer,
                              KeptState(optimizer, params) if keeps else None,
                              comm.all_gather_object(comm.node) if self.mode else [])
@@ -82,6 +96,9 @@ class Sentinel:
             return
         if self.mode == "replicas":
             self._compare_replicas(step)
+            return
+        if self.mode == "groups":
+            self._compare_groups(step)
             return
         found = buddy.check(self.holder, step)
         if found is not None:
@@ -131,7 +148,92 @@ class Sentinel:
         used = sorted(set(by_shard.values()) | ({default} if default is not None else set()))
         return ", ".join(f"group {g}" for g in used)
 
+    def _compare_groups(self, step: int) -> None:
+        """The check across replica groups: the same steps as `_compare_replicas`, over the engine."""
+        assert self.engine is not None
+        engine, place, h = self.engine, self.engine.place, self.holder
+        got = across_groups.by_group(engine, place, fingerprints(h.params).to(self.comm.device))
+        if got is None:
+            self._gave_up(step)
+            return
+        live = sorted(got)
+        rows = {g: [(int(a), int(b)) for a, b in got[g].tolist()] for g in live}
+        disputed = differing([rows[g] for g in live])
+        if not self.comm.count(bool(disputed)) or len(live) < 2:
+            self.agreed = (tuple(rows[live[0]]), step)
+            return
+        found = time.perf_counter()
+        members = tuple(g * place.group_size + self.comm.rank for g in live)  # this shard's copies, by group
+        mine = Dispute(members[0], members, tuple(disputed),
+                       {m: tuple(rows[g][i] for i in disputed) for g, m in zip(live, members)}) if disputed else None
+        settled = self._settle_groups(mine, step) if len(live) == 2 else \
+            None if mine is None else (rule([Opinion(m, mine.after[m]) for m in mine.members]), [])
+        nodes = across_groups.nodes_by_rank(engine, place, self.comm)
+        everyone = self.comm.all_gather_object((mine, settled))
+        if nodes is None or any(d is not None and r is None for d, r in everyone):
+            self._gave_up(step)
+            return
+        disputes = [d for d, _ in everyone if d is not None]
+        rulings = [r[0] for d, r in everyone if d is not None]
+        extra = [x for d, r in everyone if d is not None for x in r[1]]
+        source, verified = None, False
+        blamed = {r // place.group_size for ruling in rulings for r in ruling.culprits}
+        good = [g for g in live if g not in blamed]
+        if not good:  # each group holds some culprit (several flips at once): none to heal from
+            rulings = [Ruling((), (), UNDECIDED, "every live replica group holds a culprit") for _ in rulings]
+        if all(r.decided for r in rulings):
+            moved = across_groups.copy_group(engine, place, h.params, h.optimizer, good[0], blamed, self.comm.device)
+            after = None if moved is None else across_groups.by_group(
+                engine, place, fingerprints(h.params).to(self.comm.device))
+            if after is None:
+                self._gave_up(step)
+                return
+            source = f"group {good[0]}"
+            verified = not self.comm.count(bool(differing([[tuple(x) for x in after[g].tolist()] for g in live])))
+        self.agreed = None
+        self._record(step, finding("replicas", disputes, rulings, extra, h.names, nodes, source,
+                                   time.perf_counter() - found, verified))
+
+    def _settle_groups(self, mine: Dispute | None, step: int) -> tuple[Ruling, list[dict[str, Any]]] | None:
+        """Two live groups: both re-run the disputed update in place from the kept state, and the
+        copy that differs from what both re-ran alike is the culprit (`verdict.settle_tie`). Every
+        rank with a dispute calls it, and so does its copy in the other group (the same dispute)."""
+        if mine is None:
+            return None
+        assert self.engine is not None
+        engine, place = self.engine, self.engine.place
+        h, a, b = self.holder, mine.members[0], mine.members[1]
+        agreed = self.agreed[0] if self.agreed is not None and self.agreed[1] == step - 1 else None
+        before_agreed = None if agreed is None else tuple(agreed[t] for t in mine.tensors)
+        if h.kept is None:
+            return settle_tie(TieFacts(a, b, mine.after, None, before_agreed, {}, ())), []
+        before, grads = h.before(mine.tensors), h.grads(mine.tensors)
+        k = len(mine.tensors)
+        facts = torch.tensor([*h.rows([x.param for x in before]),
+                              *h.rows([g if g is not None else torch.empty(0) for g in grads]),
+                              *h.rows([x.param for x in h.rerun(list(zip(before, grads)))])], dtype=torch.int64)
+        got = across_groups.by_group(engine, place, facts.to(self.comm.device))
+        if got is None or len(got) != 2:
+            return None
+        of: dict[int, list[Fingerprint]] = {g * place.group_size + self.comm.rank: [(int(x), int(y)) for x, y in v.tolist()]
+                                            for g, v in got.items()}
+        reruns = [Opinion(r, tuple(of[r][2 * k:]), rerun_of=r) for r in (a, b)]
+        ruling = settle_tie(TieFacts(a, b, mine.after, {r: tuple(of[r][:k]) for r in (a, b)}, before_agreed,
+                                     {r: tuple(of[r][k:2 * k]) for r in (a, b)}, reruns))
+        extra = [{"rank": o.rank, "node": None, "rerun_of": o.rerun_of, "tensor": h.names[t],
+                  "fingerprint": as_hex(fp)}
+                 for o in reruns for t, fp in list(zip(mine.tensors, o.fingerprints))[:EVIDENCE_TENSORS]]
+        return ruling, extra
+
+    def _gave_up(self, step: int) -> None:
+        """A group failed during the check: the next quorum goes on without it, unchecked this step."""
+        self.agreed = None
+        log.warning("step %d: the silent-data-corruption check across replica groups was cut short by a group's "
+                    "failure; the next step's check compares the groups that are left", step)
+
     def _record(self, step: int, found: Sdc) -> None:
-        takeout.record(self.cfg, self.events, self.comm.rank, self.stop, step, found)
+        writes = self.comm.rank == 0 if self.writes is None else self.writes()
+        takeout.record(self.cfg, self.events, 0 if writes else -1, self.stop, step, found,
+                       leave=self.mode != "groups")
         if found.action != "healed":
             raise SdcUndecided(f"step {step}: copies differ in {', '.join(found.tensors[:4])}: {found.reason}")

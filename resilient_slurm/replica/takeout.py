@@ -22,8 +22,10 @@ from resilient_slurm.slurm import scontrol
 log = logging.getLogger("resilient_slurm")
 
 
-def record(cfg: Config, events: EventLog, rank: int, stop: StopRequest, step: int, found: Sdc) -> None:
-    """Every rank calls it with the same finding; rank 0 acts."""
+def record(cfg: Config, events: EventLog, rank: int, stop: StopRequest, step: int, found: Sdc,
+           leave: bool = True) -> None:
+    """Every rank calls it with the same finding; rank 0 acts. `leave`: monitor.sdc.leave_node may
+    stop the step (not across replica groups, where a stop would stop every group)."""
     if rank != 0:
         return
     events.emit(found, step)
@@ -46,5 +48,5 @@ def record(cfg: Config, events: EventLog, rank: int, stop: StopRequest, step: in
             ok, message = scontrol.drain_node(node, f"resilient_slurm: {reason}")
             if not ok:
                 log.warning("could not drain %s: %s", node, message)
-    if cfg.cluster.kind == "slurm" and cfg.monitor.sdc.leave_node:
+    if leave and cfg.cluster.kind == "slurm" and cfg.monitor.sdc.leave_node:
         stop.request(f"silent data corruption on {', '.join(dict.fromkeys(found.nodes))}: the job restarts without it")

@@ -128,14 +128,17 @@ class Trainer:
         # A micro-batch lowered after running out of memory holds for the rest of the run.
         self.sampler.set_micro_batch_size(micro_batch_after(history, cfg.data.micro_batch_size,
                                                             self.sampler.rows_per_rank))
-        self.faults = FaultInjector(cfg.fault, comm.rank, hung_before=bool(ledger.select(history, ledger.Hang)),
+        # Faults name global ranks (a replica group's process group numbers its own from 0).
+        self.faults = FaultInjector(cfg.fault, replica.global_rank(comm.rank) if replica else comm.rank,
+                                    hung_before=bool(ledger.select(history, ledger.Hang)),
                                     configured_micro_batch=cfg.data.micro_batch_size,
                                     cuda_error_before=any("fault.cuda_error_at_step" in c.details.error
                                                           for c in ledger.select(history, ledger.Crash)),
                                     sdc_before=bool(ledger.select(history, ledger.Sdc)))
         self.faults.attach(self.model)
         replicate = self.mesh.mesh["dp_replicate"].get_group() if "dp_replicate" in self.mesh.dims else None
-        self.sentinel = Sentinel(cfg, comm, laid_out, replicate, self.model, self.optimizer, events, stop)
+        self.sentinel = Sentinel(cfg, comm, laid_out, replicate, self.model, self.optimizer, events, stop,
+                                 engine=self.replicas, writes=lambda: self.writes)
         self.monitor = Monitor(cfg.monitor) if cfg.monitor.enabled else None
         self.evaluator = Evaluator(cfg, self.model, comm, self.pipeline.data, self.sampler.micro_batch_size,
                                    documents=self.pipeline.documents, place=place, stages=self.stages)
@@ -258,6 +261,7 @@ class Trainer:
             self.faults.before_step(step, self.sampler.micro_batch_size)
             poison = self.faults.poisons(step, position, self.cfg.data.global_batch_size)
             before_train = time.perf_counter()
+            self.sentinel.arm(step)
             try:
                 result = self.runner.step(batch, poison=poison, stop=self.stop.requested,
                                           progress=lambda: self.session.beat(step, "micro_batch"))

@@ -74,3 +74,22 @@ def test_without_replicas_a_buddys_rerun_of_the_update_finds_and_heals_it(tmp_pa
     rdir, ev = flipped_and_twin(tmp_path, ["cluster.ranks=2", "monitor.sdc.rerun_every_steps=4"], step=8, rank=1)
     d = the_finding(ev, 8, 1, tmp_path / "exclude.json")
     assert d.check == "rerun" and d.decided_by == "rerun" and d.source == "rank 0"
+
+
+def test_across_replica_groups_the_flipped_group_is_found_by_both_rerunning_the_update_and_healed(tmp_path):
+    # cluster.replica_ft: two groups of one rank, each a process group of its own that meets the
+    # other only through torchft's sum; the twin is the same run without the flip
+    rdir, ev = flipped_and_twin(tmp_path, ["cluster.ranks=2", "parallel.dp_replicate=2", "cluster.replica_ft=true",
+                                           "tracking.mode=disabled"], step=5, rank=1)
+    d = the_finding(ev, 5, 1, tmp_path / "exclude.json")
+    assert d.check == "replicas" and d.decided_by == "rerun" and d.source == "group 0"
+    assert {x["rank"] for x in d.evidence if x.get("rerun_of") is not None} == {0, 1}, d.evidence
+    assert not [e for e in ev if e.kind in (Kind.REPLICA_LEAVE, Kind.REPLICA_HEAL)], "no group left: healed in place"
+
+
+def test_across_three_replica_groups_the_majority_names_the_flipped_group(tmp_path):
+    rdir, ev = flipped_and_twin(tmp_path, ["cluster.ranks=3", "parallel.dp_replicate=3", "cluster.replica_ft=true",
+                                           "data.global_batch_size=6", "data.micro_batch_size=2",
+                                           "tracking.mode=disabled"], step=4, rank=2)
+    d = the_finding(ev, 4, 2, tmp_path / "exclude.json")
+    assert d.check == "replicas" and d.decided_by == "majority" and d.source == "group 0"

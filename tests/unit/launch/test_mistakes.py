@@ -138,9 +138,6 @@ MISTAKES = [
     ([T, "cluster.replica_ft=true", "cluster.ranks=2", "parallel.dp_replicate=2", "+no_torchft=1"],
      CE + "cluster.replica_ft: replica groups need torchft, which is not installed; pip install "
           "'resilient-slurm[replica]', or set cluster.replica_ft=false"),
-    ([T, "cluster.replica_ft=true", "cluster.ranks=2", "parallel.dp_replicate=2", "fault.sdc_step=2"],
-     CE + "fault.sdc_step: the SDC sentinel does not compare replicas across replica groups (cluster.replica_ft) yet, "
-          "so the flip would go unseen; set fault.sdc_step=0, or cluster.replica_ft=false"),
     # where the run lives
     ([T, "run.root="], CE + "run.root: empty; set it to the experiments directory"),
     ([T, "run.root=/sys/resilient_slurm_test"], CE + "run.root: cannot write to /sys/resilient_slurm_test (Operation "
