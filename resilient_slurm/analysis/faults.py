@@ -4,7 +4,8 @@ A hang the heartbeat monitor found names its culprits: the ranks (and nodes) the
 and the collective they waited in. A straggler names its rank, node and slowdown; where the driver
 swapped its node for a spare, the throughput (tokens/s, the median of `metrics.jsonl` rows) over
 the straggler's slow steps is set against the same number of steps after the swap (its first step
-left out: it pays the restart's warm-up).
+left out: it pays the restart's warm-up). With replica groups the swap is its group's replacement:
+"after" begins when the replacement joined (`replica_join` of its group).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from resilient_slurm.files import stamp_seconds
-from resilient_slurm.ledger import Event, Hang, RestartInAllocation, Straggler, select
+from resilient_slurm.ledger import Event, Hang, ReplicaJoin, RestartInAllocation, Straggler, select
 
 
 @dataclass(frozen=True)
@@ -65,21 +66,29 @@ def hangs(events: list[Event[Any]]) -> list[HangLine]:
 def stragglers(events: list[Event[Any]], rows: list[dict[str, Any]]) -> list[StragglerLine]:
     """Each straggler, with its swap's restart and the throughput around it where it was swapped."""
     swaps = [r for r in select(events, RestartInAllocation) if r.details.move == "swap"]
+    joins = select(events, ReplicaJoin)
     out = []
     for e in select(events, Straggler):
         s = e.details
-        swap = next((r for r in swaps if e.node in r.details.replaced
-                     and stamp_seconds(r.time) >= stamp_seconds(e.time)), None)
-        if swap is None or e.step is None:
+        found = stamp_seconds(e.time)
+        swap = next((r for r in swaps if e.node in r.details.replaced and stamp_seconds(r.time) >= found), None)
+        join = next((j for j in joins if j.details.group == s.group and stamp_seconds(j.time) >= found), None) \
+            if s.group is not None and s.action == "swap" else None
+        if (swap is None and join is None) or e.step is None:
             out.append(StragglerLine(e.step, e.rank, e.node, s.ratio, s.action))
             continue
-        swaps.remove(swap)
         before = _median_tokens(rows, e.step - s.steps + 1, e.step)
-        resumed = swap.step if swap.step is not None else e.step
+        if swap is not None:
+            swaps.remove(swap)
+            resumed = swap.step if swap.step is not None else e.step
+            took, added = swap.details.latency_s, tuple(swap.details.added)
+        else:
+            assert join is not None
+            joins.remove(join)
+            resumed = join.step if join.step is not None else e.step
+            took, added = round(stamp_seconds(join.time) - found, 3), (join.node,) if join.node else ()
         after = _median_tokens(rows, resumed + 2, resumed + 1 + s.steps)
-        took = swap.details.latency_s
-        out.append(StragglerLine(e.step, e.rank, e.node, s.ratio, s.action, tuple(swap.details.added),
-                                 None if took is None else took, before, after))
+        out.append(StragglerLine(e.step, e.rank, e.node, s.ratio, s.action, added, took, before, after))
     return out
 
 

@@ -184,7 +184,10 @@ class Straggler(Details):
     scores: dict[str, float]
     """Every rank's relative score (the others' median over its compute; below 1: slower)."""
     action: str
-    """What follows: `swap` (its node swapped for a spare at the next checkpoint) or `report`."""
+    """What follows: `swap` (its node swapped for a spare at the next checkpoint; with replica groups,
+    its group replaced on the spare at once) or `report`."""
+    group: int | None = None
+    """With replica groups (cluster.replica_ft): its group, which a swap replaces."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,7 @@ from resilient_slurm.rundir import RunDir
 from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.supervise.hangs import record_hang
 from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
+from resilient_slurm.supervise.stragglers import record_straggler
 from resilient_slurm.supervise.local_procs import combine_exit_codes, die_with_parent, exit_at_once, forward, free_port
 
 POLL_S = 0.1
@@ -123,9 +124,13 @@ class LocalGroups:
         return failed
 
     def _hung(self, codes: list[int | None], failed: set[int]) -> set[int]:
-        """Groups with a rank the heartbeats find silent (its culprit's stacks and `hang` recorded)."""
+        """Groups with a rank the heartbeats find silent (its culprit's stacks and `hang` recorded);
+        stragglers are recorded (this machine has no spare to move a group to)."""
         if self.monitor is None:
             return set()
+        for found in self.monitor.stragglers():
+            record_straggler(self.run_dir, found, os.uname().nodename, {}, "report", self.cfg.health.node_record,
+                             group=found.rank // self.size)
         running = [r for r, c in enumerate(codes) if c is None and r // self.size not in failed]
         silent = self.monitor.silent(running)
         if not silent:

@@ -10,7 +10,8 @@ the start (cluster.standby) is woken into the group, else a new one-task step st
 replacement's ranks reads where its group now meets from the driver's word (`rejoin.Instruction`
 with the group), takes the state from a live group over the network at its first quorum, and
 joins; the other groups never stopped. No spare for a lost node: the group stays out, and the
-others go on without it.
+others go on without it. A straggler (`monitor.straggler`) is recorded, and with a spare its group
+is replaced the same way at once, its node left out; the others train on.
 
 Refused (`replica.plan.refusal`: every group lost at once, no live group, fewer than
 cluster.replica_min, or a replacement that failed before it joined; one line in the ledger,
@@ -50,6 +51,7 @@ from resilient_slurm.supervise.heartbeat import HeartbeatMonitor
 from resilient_slurm.supervise.job import DriverJob, say
 from resilient_slurm.supervise.standby import Standbys
 from resilient_slurm.supervise.steps import Generation
+from resilient_slurm.supervise.stragglers import record_straggler
 
 Act = Callable[[c.Conclusion, int | None], str | tuple[Allocation, c.PendingRestart]]
 """`Driver.act`: the one place the driver acts on a conclusion."""
@@ -146,6 +148,8 @@ class ReplicaDriver:
             ledger_at = self._joined(groups, ledger_at)
             failed = {g.index for g in groups if not g.out and g.failed} | self._hung(groups)
             if not failed:
+                for index, node in self._stragglers(groups):
+                    self._replace(groups[index], out=(node,))
                 continue
             time.sleep(AT_ONCE_S)
             failed |= {g.index for g in groups if not g.out and g.failed}
@@ -196,6 +200,30 @@ class ReplicaDriver:
                     self.job.job_id)
         return {s.rank // size for s in hung}
 
+    def _stragglers(self, groups: list[Group]) -> list[tuple[int, str]]:
+        """Record each straggler found; (group, node) for each whose group is to be replaced with its
+        node on a spare at once (monitor.straggler.swap, a usable spare, and a loss the others could
+        go on without: `plan.refusal`)."""
+        if self.monitor is None:
+            return []
+        assert self.alloc is not None
+        size = len(groups[0].nodes) * self.per_node
+        joining = {g.index for g in groups if g.joining}
+        spares = [n for n in self.alloc.spares if n not in self.alloc.failed]
+        swaps: list[tuple[int, str]] = []
+        for s in self.monitor.stragglers():
+            g = groups[s.rank // size]
+            node = g.nodes[(s.rank % size) // self.per_node]
+            swap = self.cfg.monitor.straggler.swap and len(spares) > len(swaps) and not g.joining and not g.out \
+                and all(i != g.index for i, _ in swaps) \
+                and plan.refusal(self.groups_n, {g.index}, joining, self.cfg.cluster.replica_min) is None
+            record_straggler(self.job.path, s, node, self.job.context(g.gen.step_id, node), "swap" if swap else "report",
+                             self.cfg.health.node_record, self.job.job_id, group=g.index)
+            say(f"straggler on {node}: {s.describe()}" + (f"; replica group {g.index} moves to a spare" if swap else ""))
+            if swap:
+                swaps.append((g.index, node))
+        return swaps
+
     def _kill(self, g: Group) -> None:
         for s in g.gen.sruns:
             if s.proc.poll() is None:
@@ -203,11 +231,12 @@ class ReplicaDriver:
         for s in g.gen.sruns:
             s.proc.wait()
 
-    def _replace(self, g: Group) -> None:
-        """Group g's step killed; its ranks started anew (a lost node's on a spare), to heal and join."""
+    def _replace(self, g: Group, out: tuple[str, ...] = ()) -> None:
+        """Group g's step killed; its ranks started anew (a lost node's on a spare, and each node of
+        `out`: a straggler's), to heal and join."""
         assert self.alloc is not None
         job = self.job
-        lost = [r.node for r in g.gen.reports if not r.exited]
+        lost = [r.node for r in g.gen.reports if not r.exited] + list(out)
         self._kill(g)
         placed = placement.replace_group(self.alloc, g.nodes, lost)
         if placed is None:

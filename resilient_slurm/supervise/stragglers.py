@@ -17,10 +17,10 @@ from resilient_slurm.rundir import RunDir
 
 
 def record_straggler(run_dir: Path, s: Straggler, node: str, context: dict[str, Any], action: str,
-                     record_file: str | None = None, job_id: str | None = None) -> None:
+                     record_file: str | None = None, job_id: str | None = None, group: int | None = None) -> None:
     EventLog(RunDir(run_dir).events, rank=s.rank, context={**context, "node": node}).emit(StragglerEvent(
         ratio=s.ratio, compute_s=s.compute_s, others_s=s.others_s, steps=s.steps, sections=s.sections,
-        scores={str(r): v for r, v in s.scores.items()}, action=action), s.step)
+        scores={str(r): v for r, v in s.scores.items()}, action=action, group=group), s.step)
     if record_file:
         node_record.append(record_file, node_record.Mark(node=node, kind=node_record.STRAGGLER, at=time.time(),
                                                           job_id=job_id, detail={"ratio": s.ratio, "rank": s.rank,

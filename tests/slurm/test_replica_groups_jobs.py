@@ -5,7 +5,9 @@ job) and drops the step it was in; the driver wakes the process that stood by on
 group 1, which heals from group 0 over the network (no checkpoint read: no `resume` anywhere) and
 joins at a step boundary, while group 0 trains on alone or, when the warm replacement makes its
 next quorum, with it. No step is lost (metrics-lost.jsonl stays empty) and the losses match an
-uninterrupted twin, plain HSDP over two ranks, within 1e-4 relative. Nothing is faked."""
+uninterrupted twin, plain HSDP over two ranks, within 1e-4 relative. A rank really slowed (a CPU
+quota on its process) is found as a straggler, and its group moves to the spare the same way while
+the other trains on; the run speeds up again. Nothing is faked."""
 
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from resilient_slurm.analysis.faults import stragglers
 from resilient_slurm.ledger import Kind
+from resilient_slurm.rundir.metrics import read_metrics
+from tests.cpucg import cpu_quota
 from resilient_slurm.process.launch import RankLaunch
 from tests.integration.runs import events, run_dir
 from tests.slurm.jobs import describe, driven_tasks, job_state, reference, submit, wait_for_end, wait_for_step, wait_until
@@ -82,6 +87,40 @@ def test_a_killed_group_is_replaced_on_the_spare_while_the_other_trains_on(idle_
     assert bool(short) == bool(leaves) and all(s <= join.step for s in short), short
     assert (heal.details.group, heal.details.source, heal.node) == (1, 0, spare) and heal.details.bytes > 0
     assert (join.details.group, join.details.live, join.node) == (1, [0, 1], spare)
+    got = losses(rdir)
+    assert list(got) == list(range(1, STEPS + 1)) and not losses(rdir, "metrics-lost.jsonl")
+    for step, loss in got.items():
+        assert abs(loss - twin[step]) <= 1e-4 * abs(twin[step]), (step, loss, twin[step])
+
+
+def test_a_throttled_groups_node_is_found_and_the_group_moves_to_the_spare_while_the_other_trains_on(
+        idle_cluster, tmp_path):
+    twin = losses(reference(2, *TWIN))
+    job = submit(tmp_path, "slow", *DRIVEN, *GROUPS, "monitor.straggler.steps=5")
+    rdir = run_dir(tmp_path, "slow")
+    wait_for_step(rdir, 20, 180)
+    survivor, _ = wait_until("group 0's task", lambda: group_task(job, 0), 30)
+    pid, slow = wait_until("group 1's task", lambda: group_task(job, 1), 30)
+    with cpu_quota(0.05) as quota:  # a twentieth of a CPU, as in test_slow_nodes
+        quota.add(pid)
+        wait_until("the replacement to join", lambda: [e for e in events(rdir) if e.kind is Kind.REPLICA_JOIN], 240)
+    assert os.path.exists(f"/proc/{survivor}"), "group 0's process never stopped"
+    assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    kinds = [e.kind for e in ev]
+    assert job_state(job)["Restarts"] == "0" and Kind.REQUEUE not in kinds and Kind.RESUME not in kinds
+    (found,) = [e for e in ev if e.kind is Kind.STRAGGLER]
+    d = found.details
+    assert (found.rank, found.node, d.action, d.group) == (1, slow, "swap", 1), found
+    (start,) = [e for e in ev if e.kind is Kind.START]
+    (spare,) = set(NODES) - {start.node, slow}
+    (join,) = [e for e in ev if e.kind is Kind.REPLICA_JOIN]
+    assert (join.details.group, join.node) == (1, spare)
+    (line,) = stragglers(ev, read_metrics(rdir / "metrics.jsonl"))
+    assert line.swapped_for == (spare,) and line.after > line.before, line
+    print(f"straggler found -> its group joined on the spare: {line.found_to_first_step_s:.1f} s; tokens/s "
+          f"{line.before:.0f} -> {line.after:.0f}")
     got = losses(rdir)
     assert list(got) == list(range(1, STEPS + 1)) and not losses(rdir, "metrics-lost.jsonl")
     for step, loss in got.items():

@@ -43,3 +43,15 @@ def test_a_swapped_straggler_shows_the_throughput_before_and_after():
     # without a swap (no spare, or the local launcher): only what was found
     (alone,) = stragglers(ev[:1], rows)
     assert alone.swapped_for == () and alone.before is None
+
+
+def test_with_replica_groups_the_swap_is_the_groups_join_on_the_spare():
+    rows = [{"step": s, "tokens_per_s": 100.0 if s <= 30 else 40.0 if s <= 35 else 95.0} for s in range(1, 60)]
+    rows[36]["tokens_per_s"] = 60.0  # the first step with the joined group: left out
+    ev = [event("straggler", "2026-12-01T10:00:00.000Z", 35, rank=1, node="n2", **{**STRAGGLER, "group": 1}),
+          event("replica_join", "2026-12-01T10:00:04.500Z", 36, rank=1, node="n3", group=1, live=[0, 1],
+                seconds=4.1),
+          event("replica_join", "2026-12-01T10:00:09.000Z", 50, rank=0, node="n4", group=0, live=[0, 1],
+                seconds=3.0)]
+    (s,) = stragglers(ev, rows)
+    assert (s.swapped_for, s.found_to_first_step_s, s.before, s.after) == (("n3",), 4.5, 40.0, 95.0)
