@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,17 @@ from resilient_slurm.ledger import Event, read_events
 
 REPO = Path(__file__).resolve().parents[2]
 
+TOKENIZED = Path(tempfile.gettempdir()) / f"resilient-slurm-tests-tokenized-{os.getuid()}"
+"""One tokenized-data cache for every run the tests launch: its entries are keyed by the data, the
+tokenizer and the settings, and processes share it safely (data/chat/cache.py), where each test's
+new run root would otherwise tokenize the same tiny chat set again (a second or two a launch)."""
+
 # The tiny_sft recipe shrunk further so a 200-step run takes seconds on 2 cores.
 SMALL = [
     "+experiment=tiny_sft", "model.hidden_size=64", "model.intermediate_size=160", "model.num_layers=2",
     "model.num_heads=4", "model.num_kv_heads=2", "data.seq_len=64", "data.global_batch_size=4",
     "data.micro_batch_size=2", "optim.warmup_steps=10", "train.log_every_steps=50", "train.max_steps=200",
-    "checkpoint.every_steps=25", "eval.every_steps=0",
+    "checkpoint.every_steps=25", "eval.every_steps=0", f"data.cache_dir={TOKENIZED}",
 ]
 
 # SMALL cut to 60 steps with a checkpoint every 10, for the tests that need only a few checkpoints

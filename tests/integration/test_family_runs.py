@@ -1,9 +1,11 @@
 """Qwen2, Qwen3 and Mistral fine-tuned end to end as a user does it (`+experiment=sft
 model.pretrained=DIR`), on 2 FSDP2 ranks, from tiny models the real `transformers` wrote (config.json
 in transformers 4's spelling for some, 5's for others): the first step trains on the pretrained
-weights each rank read by byte range (its loss is the unsharded model's), a run stopped by SIGUSR1
-and resumed ends bit-identical to its uninterrupted twin, and hf/ loads with AutoModelForCausalLM
-as the family's own class with the run's logits. The Qwen2 run trains on a 240-conversation file
+weights each rank read by byte range (its loss is the unsharded model's), and hf/ loads with
+AutoModelForCausalLM as the family's own class with the run's logits. For Qwen3, whose q/k norms
+are tensors the others lack, a run stopped by SIGUSR1 and resumed ends bit-identical to its
+uninterrupted twin (resume saves and loads every tensor the same way, whatever the family: one
+family with the extra tensors stands for the three, in the suite's time). The Qwen2 run trains on a 240-conversation file
 with the default data.val_samples; a Qwen2 LoRA run (adapters beside q/k/v biases) exports an
 adapter peft loads with the run's logits."""
 
@@ -72,7 +74,7 @@ def lora_model(rdir):
 
 
 @pytest.mark.parametrize("family,spelling", CASES)
-def test_a_family_fine_tunes_on_two_ranks_resumes_exactly_and_exports_its_own_class(tmp_path, family, spelling):
+def test_a_family_fine_tunes_on_two_ranks_and_exports_its_own_class(tmp_path, family, spelling):
     base = make_family_model(tmp_path / f"base-{family}", family, spelling)
     data = chat_file(tmp_path / "chat.jsonl") if family == "qwen2" else "asset:tiny_chat/chat.jsonl"
     code, out = finish(sft(tmp_path, "straight", base, data), timeout=400)
@@ -98,12 +100,13 @@ def test_a_family_fine_tunes_on_two_ranks_resumes_exactly_and_exports_its_own_cl
         ready = next(e for e in events(straight) if e.kind is Kind.DATA_READY).details.counts
         assert (ready["conversations"], ready["val_conversations"]) == (240, 12)
 
-    resumed = tmp_path / "sft" / "resumed"
-    code, out = interrupt(sft(tmp_path, "resumed", base, data), resumed, 7, signal.SIGUSR1)
-    assert code == ExitCode.RESUME, out
-    code, out = finish(sft(tmp_path, "resumed", base, data), timeout=400)
-    assert code == ExitCode.DONE, out
-    assert_bit_identical(final_tensors(straight, STEPS), final_tensors(resumed, STEPS))
+    if family == "qwen3":
+        resumed = tmp_path / "sft" / "resumed"
+        code, out = interrupt(sft(tmp_path, "resumed", base, data), resumed, 7, signal.SIGUSR1)
+        assert code == ExitCode.RESUME, out
+        code, out = finish(sft(tmp_path, "resumed", base, data), timeout=400)
+        assert code == ExitCode.DONE, out
+        assert_bit_identical(final_tensors(straight, STEPS), final_tensors(resumed, STEPS))
 
     theirs = load_theirs(straight / "hf")
     assert type(theirs).__name__ == FAMILIES[family].architecture

@@ -1,8 +1,10 @@
 """The silent-data-corruption sentinel on real runs of gloo ranks: one bit flipped in one rank's
 parameter shard after an update (`fault.sdc_step`; the flip is the one thing faked, since a real
 one needs faulty memory) is found at that step, its rank named by the majority of three replicas,
-by a third rank's re-run of the update between two replicas, or by a buddy's re-run without
-replicas; it is healed over the network, the node goes on the exclude list, and the run goes on to
+by a third rank's re-run of the update between two replicas, by both replicas' re-runs in place
+across two replica groups (cluster.replica_ft, whose copies meet only through torchft's sum; the
+majority across three groups is the same rule on the same gathered fingerprints), or by a buddy's
+re-run without replicas; it is healed over the network, the node goes on the exclude list, and the run goes on to
 end bit-identical to its twin that no bit flip touched. Nothing is read back from disk."""
 
 from pathlib import Path
@@ -86,10 +88,3 @@ def test_across_replica_groups_the_flipped_group_is_found_by_both_rerunning_the_
     assert {x["rank"] for x in d.evidence if x.get("rerun_of") is not None} == {0, 1}, d.evidence
     assert not [e for e in ev if e.kind in (Kind.REPLICA_LEAVE, Kind.REPLICA_HEAL)], "no group left: healed in place"
 
-
-def test_across_three_replica_groups_the_majority_names_the_flipped_group(tmp_path):
-    rdir, ev = flipped_and_twin(tmp_path, ["cluster.ranks=3", "parallel.dp_replicate=3", "cluster.replica_ft=true",
-                                           "data.global_batch_size=6", "data.micro_batch_size=2",
-                                           "tracking.mode=disabled"], step=4, rank=2)
-    d = the_finding(ev, 4, 2, tmp_path / "exclude.json")
-    assert d.check == "replicas" and d.decided_by == "majority" and d.source == "group 0"
