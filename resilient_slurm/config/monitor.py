@@ -49,7 +49,9 @@ class StragglerConfig:
     """... when it is also at least this many seconds slower, so jitter on tiny steps is no finding."""
     swap: bool = True
     """With the job's driver and a spare node: at the next checkpoint the step stops, and the next
-    one runs with the spare in the straggler's place (its node is not used again in the allocation)."""
+    one runs with the spare in the straggler's place (its node is not used again in the allocation).
+    With replica groups (cluster.replica_ft): at once, its group is replaced with the spare in the
+    straggler's place (it heals from a live group and joins) while the others train on."""
 
     def problems(self) -> list[str]:
         p = Problems()
