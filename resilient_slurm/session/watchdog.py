@@ -66,10 +66,12 @@ class Watchdog:
             if waited > limit and claim_hang(self.logs, self.started_at):
                 self._fire(waited, limit)
             elif marker.exists() and marker.stat().st_mtime >= self.started_at and not self._dumped():
+                # The flight recorder before the stacks: the monitor kills the ranks once each one's
+                # stacks file is there (supervise/hangs.py), so that file must come last.
+                dump_flight_recorder(self._dump_path().with_suffix(".flight-recorder.json"))
                 dump = self._dump(f"a peer rank found the run hung; this rank waited {waited:.0f}s since step {self.step}")
                 self.events.emit(StacksDumped(reason="a peer rank found the run hung", waited_s=round(waited, 1),
                                               stacks=str(dump)), self.step)
-                dump_flight_recorder(dump.with_suffix(".flight-recorder.json"))
                 self._native(dump)
 
     def _dump_path(self) -> Path:
@@ -79,11 +81,14 @@ class Watchdog:
         return self._dump_path().exists()
 
     def _dump(self, headline: str) -> Path:
+        """The Python stacks, written aside and renamed: the monitor sees the file only complete."""
         dump = self._dump_path()
-        with open(dump, "w") as f:
+        part = dump.with_suffix(".txt.part")
+        with open(part, "w") as f:
             f.write(f"rank {self.rank}: {headline}\n\n")
             f.flush()
             faulthandler.dump_traceback(file=f, all_threads=True)
+        os.replace(part, dump)
         return dump
 
     def _native(self, dump: Path) -> None:
@@ -102,8 +107,8 @@ class Watchdog:
     def _fire(self, waited: float, limit: float) -> None:
         step = self.step
         reason = f"no step completed for {waited:.0f}s (limit {limit:.0f}s) after step {step}"
+        dump_flight_recorder(self._dump_path().with_suffix(".flight-recorder.json"))  # before the stacks, as above
         dump = self._dump(reason)
-        dump_flight_recorder(dump.with_suffix(".flight-recorder.json"))
         self.events.emit(Hang(reason=reason, waited_s=round(waited, 1), limit_s=round(limit, 1), stacks=str(dump)),
                          step)
         self._native(dump)
