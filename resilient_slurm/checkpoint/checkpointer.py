@@ -204,6 +204,11 @@ class Checkpointer:
         from the disk tiers; on a node-local hot tier, from the nodes' own directories and buddy
         copies first. CheckpointRefused when `refusal` objects to it; MemoryTierTooSmall, at the
         first resume, when a node's memory cannot hold the memory tier."""
+        # A save still in flight (a rollback inside the process comes a few steps after one) is the
+        # newest candidate: it lands first, or the load would fall back past it to an older one.
+        self.saver.wait()
+        if self.memory is not None:
+            self.memory.wait()
         from_memory = None
         if self.memory is not None:
             if not self.memory.checked:
