@@ -22,8 +22,9 @@ from collections.abc import Sequence
 import torch
 
 from resilient_slurm.replica.engine import Replicas
-from resilient_slurm.replica.fingerprint import bits, local
-from resilient_slurm.replica.shard_heal import state_tensors
+from resilient_slurm.replica.fingerprint import bits, fingerprints
+from resilient_slurm.replica.shard_heal import held_tensors
+from resilient_slurm.replica.verdict import Fingerprint
 from resilient_slurm.session.distributed import Comm
 from resilient_slurm.session.replica_place import ReplicaPlace
 
@@ -44,6 +45,18 @@ def by_group(replicas: Replicas, place: ReplicaPlace, values: torch.Tensor) -> d
     return {g: slots[g, 1:].view(values.shape) for g in range(place.groups) if int(slots[g, 0]) == 1}
 
 
+def as_rows(t: torch.Tensor) -> list[Fingerprint]:
+    """An (n, 2) tensor of fingerprints as the rulings compare them."""
+    return [(int(a), int(b)) for a, b in t.tolist()]
+
+
+def fingerprints_by_group(replicas: Replicas, place: ReplicaPlace, params: Sequence[torch.Tensor],
+                          device: torch.device) -> dict[int, list[Fingerprint]] | None:
+    """Every live group's fingerprints of this rank's shard, by group; None when a group failed."""
+    got = by_group(replicas, place, fingerprints(params).to(device))
+    return None if got is None else {g: as_rows(v) for g, v in got.items()}
+
+
 @torch.no_grad()
 def copy_group(replicas: Replicas, place: ReplicaPlace, params: Sequence[torch.Tensor],
                optimizer: torch.optim.Optimizer, source: int, into: set[int], device: torch.device) -> int | None:
@@ -51,19 +64,16 @@ def copy_group(replicas: Replicas, place: ReplicaPlace, params: Sequence[torch.T
     bit for bit (every live group calls it; the others keep theirs). The bytes this rank took in
     (or sent); None when a group failed during a copy."""
     moved = 0
-    for p in params:
-        for t in [local(p)] + [local(v) for _, v in state_tensors(optimizer, p)]:
-            if not t.numel():
-                continue
-            word = bits(t)
-            # AdamW's `step` stays on the host; NCCL sums only what is on the device.
-            sent = (word if place.group == source else torch.zeros_like(word)).to(device, torch.int64, copy=True)
-            replicas.sum_(sent)
-            if replicas.errored():
-                return None
-            if place.group in into:
-                word.copy_(sent.to(word.device, word.dtype))
-            moved += t.numel() * t.element_size()
+    for t in held_tensors(params, optimizer):
+        word = bits(t)
+        # AdamW's `step` stays on the host; NCCL sums only what is on the device.
+        sent = (word if place.group == source else torch.zeros_like(word)).to(device, torch.int64, copy=True)
+        replicas.sum_(sent)
+        if replicas.errored():
+            return None
+        if place.group in into:
+            word.copy_(sent.to(word.device, word.dtype))
+        moved += t.numel() * t.element_size()
     return moved
 
 

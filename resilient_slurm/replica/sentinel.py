@@ -152,12 +152,11 @@ class Sentinel:
         """The check across replica groups: the same steps as `_compare_replicas`, over the engine."""
         assert self.engine is not None
         engine, place, h = self.engine, self.engine.place, self.holder
-        got = across_groups.by_group(engine, place, fingerprints(h.params).to(self.comm.device))
-        if got is None:
+        rows = across_groups.fingerprints_by_group(engine, place, h.params, self.comm.device)
+        if rows is None:
             self._gave_up(step)
             return
-        live = sorted(got)
-        rows = {g: [(int(a), int(b)) for a, b in got[g].tolist()] for g in live}
+        live = sorted(rows)
         disputed = differing([rows[g] for g in live])
         if not self.comm.count(bool(disputed)) or len(live) < 2:
             self.agreed = (tuple(rows[live[0]]), step)
@@ -183,13 +182,13 @@ class Sentinel:
             rulings = [Ruling((), (), UNDECIDED, "every live replica group holds a culprit") for _ in rulings]
         if all(r.decided for r in rulings):
             moved = across_groups.copy_group(engine, place, h.params, h.optimizer, good[0], blamed, self.comm.device)
-            after = None if moved is None else across_groups.by_group(
-                engine, place, fingerprints(h.params).to(self.comm.device))
+            after = None if moved is None else across_groups.fingerprints_by_group(engine, place, h.params,
+                                                                                   self.comm.device)
             if after is None:
                 self._gave_up(step)
                 return
             source = f"group {good[0]}"
-            verified = not self.comm.count(bool(differing([[tuple(x) for x in after[g].tolist()] for g in live])))
+            verified = not self.comm.count(bool(differing([after[g] for g in live])))
         self.agreed = None
         self._record(step, finding("replicas", disputes, rulings, extra, h.names, nodes, source,
                                    time.perf_counter() - found, verified))
@@ -215,8 +214,7 @@ class Sentinel:
         got = across_groups.by_group(engine, place, facts.to(self.comm.device))
         if got is None or len(got) != 2:
             return None
-        of: dict[int, list[Fingerprint]] = {g * place.group_size + self.comm.rank: [(int(x), int(y)) for x, y in v.tolist()]
-                                            for g, v in got.items()}
+        of = {g * place.group_size + self.comm.rank: across_groups.as_rows(v) for g, v in got.items()}
         reruns = [Opinion(r, tuple(of[r][2 * k:]), rerun_of=r) for r in (a, b)]
         ruling = settle_tie(TieFacts(a, b, mine.after, {r: tuple(of[r][:k]) for r in (a, b)}, before_agreed,
                                      {r: tuple(of[r][k:2 * k]) for r in (a, b)}, reruns))
@@ -233,7 +231,6 @@ class Sentinel:
 
     def _record(self, step: int, found: Sdc) -> None:
         writes = self.comm.rank == 0 if self.writes is None else self.writes()
-        takeout.record(self.cfg, self.events, 0 if writes else -1, self.stop, step, found,
-                       leave=self.mode != "groups")
+        takeout.record(self.cfg, self.events, writes, self.stop, step, found, leave=self.mode != "groups")
         if found.action != "healed":
             raise SdcUndecided(f"step {step}: copies differ in {', '.join(found.tensors[:4])}: {found.reason}")

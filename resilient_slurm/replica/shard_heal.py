@@ -8,7 +8,7 @@ healed from a buddy's re-run takes the re-run's tensors instead (`adopt`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -23,22 +23,28 @@ def state_tensors(optimizer: torch.optim.Optimizer, p: torch.Tensor) -> list[tup
     return [(k, state[k]) for k in sorted(state) if isinstance(state[k], torch.Tensor)]
 
 
+def held_tensors(params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer) -> Iterator[torch.Tensor]:
+    """What a heal copies, in the same order on every replica: each parameter's local shard, then
+    its optimizer state tensors; empty ones left out."""
+    for p in params:
+        for t in [local(p)] + [local(v) for _, v in state_tensors(optimizer, p)]:
+            if t.numel():
+                yield t
+
+
 @torch.no_grad()
 def broadcast_shards(params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer, src: int,
                      group: dist.ProcessGroup, device: torch.device) -> int:
     """Every parameter shard and its optimizer state from global rank `src` to the rest of `group`;
     the bytes this rank received (or sent)."""
     moved = 0
-    for p in params:
-        for t in [local(p)] + [local(v) for _, v in state_tensors(optimizer, p)]:
-            if not t.numel():
-                continue
-            # AdamW's `step` stays on the host; NCCL sends only what is on the device.
-            staged = t if t.device == device else t.to(device)
-            dist.broadcast(staged, src=src, group=group)
-            if staged is not t:
-                t.copy_(staged)
-            moved += t.numel() * t.element_size()
+    for t in held_tensors(params, optimizer):
+        # AdamW's `step` stays on the host; NCCL sends only what is on the device.
+        staged = t if t.device == device else t.to(device)
+        dist.broadcast(staged, src=src, group=group)
+        if staged is not t:
+            t.copy_(staged)
+        moved += t.numel() * t.element_size()
     return moved
 
 

@@ -1,6 +1,6 @@
 """What a silent data corruption leaves on record, and how its node leaves the run.
 
-Rank 0 writes the `sdc` event with its evidence. Each culprit's node then goes the way a node that
+The rank that writes the run's records (rank 0; of the lowest live replica group) writes the `sdc` event with its evidence. Each culprit's node then goes the way a node that
 failed its health check (an Xid) goes (`supervise/health_watch.py`): a `node_unhealthy` event
 (reason `sdc: ...`), the run's exclude list (cluster.exclude_file), `scontrol drain` when
 health.drain. In a Slurm job with monitor.sdc.leave_node the step then stops at this boundary:
@@ -22,11 +22,12 @@ from resilient_slurm.slurm import scontrol
 log = logging.getLogger("resilient_slurm")
 
 
-def record(cfg: Config, events: EventLog, rank: int, stop: StopRequest, step: int, found: Sdc,
+def record(cfg: Config, events: EventLog, writes: bool, stop: StopRequest, step: int, found: Sdc,
            leave: bool = True) -> None:
-    """Every rank calls it with the same finding; rank 0 acts. `leave`: monitor.sdc.leave_node may
-    stop the step (not across replica groups, where a stop would stop every group)."""
-    if rank != 0:
+    """Every rank calls it with the same finding; the one that `writes` the run's records acts.
+    `leave`: monitor.sdc.leave_node may stop the step (not across replica groups, where a stop
+    would stop every group)."""
+    if not writes:
         return
     events.emit(found, step)
     if found.action != "healed":

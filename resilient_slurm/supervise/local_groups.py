@@ -87,6 +87,7 @@ class LocalGroups:
             codes = [p.poll() for p in self.procs]
             failed = self._exited(reported)
             failed |= self._hung(codes, failed)
+            self._stragglers()
             if failed:
                 time.sleep(AT_ONCE_S)
                 failed |= self._exited(reported)
@@ -123,14 +124,18 @@ class LocalGroups:
                 failed.add(rank // self.size)
         return failed
 
-    def _hung(self, codes: list[int | None], failed: set[int]) -> set[int]:
-        """Groups with a rank the heartbeats find silent (its culprit's stacks and `hang` recorded);
-        stragglers are recorded (this machine has no spare to move a group to)."""
+    def _stragglers(self) -> None:
+        """Recorded only: this machine has no spare to move a group to."""
         if self.monitor is None:
-            return set()
+            return
         for found in self.monitor.stragglers():
             record_straggler(self.run_dir, found, os.uname().nodename, {}, "report", self.cfg.health.node_record,
                              group=found.rank // self.size)
+
+    def _hung(self, codes: list[int | None], failed: set[int]) -> set[int]:
+        """Groups with a rank the heartbeats find silent (its culprit's stacks and `hang` recorded)."""
+        if self.monitor is None:
+            return set()
         running = [r for r, c in enumerate(codes) if c is None and r // self.size not in failed]
         silent = self.monitor.silent(running)
         if not silent:
