@@ -49,7 +49,10 @@ def test_pipelined_run_interrupted_three_ways_ends_bit_identical(tmp_path):
     ev = events(rdir)
     stops = [e.step for e in ev if e.kind is Kind.STOP]
     resumes = [e.step for e in ev if e.kind is Kind.RESUME]
-    assert resumes[:2] == stops and len(resumes) == 3 and resumes[2] % EVERY == 0 and ev[-1].kind is Kind.FINISH
+    assert resumes[:2] == stops and len(resumes) == 3 and ev[-1].kind is Kind.FINISH
+    # after the SIGKILL (at step 19 or a little later), a periodic checkpoint from 16 on, or the SIGTERM's
+    # step 14 where step 16's async save was still being written when the kill came
+    assert resumes[2] == stops[1] or (resumes[2] % EVERY == 0 and resumes[2] > stops[1])
     assert losses(rdir) == losses(run_dir(tmp_path, "straight"))
 
 

@@ -1,7 +1,7 @@
 """Tensor parallelism x HSDP on the real local cluster: 2 nodes x 2 tasks, tp 2 inside each node (a
-node is one TP group) and 2 HSDP replicas across the nodes. Requeued by Slurm mid-run, and with a
-node lost (its task SIGKILLed: the sandbox's nodes share one machine) replaced by the spare inside
-the allocation, each run ends bit-identical (every chunk of every checkpoint file) to the same
+node is one TP group) and 2 HSDP replicas across the nodes. One job loses a node (its task
+SIGKILLed: the sandbox's nodes share one machine), goes on with the spare inside the allocation, is
+then requeued by Slurm, and ends bit-identical (every chunk of every checkpoint file) to the same
 training uninterrupted on this machine."""
 
 from __future__ import annotations
@@ -32,28 +32,21 @@ def assert_same_checkpoint(a, b) -> None:
         assert torch.equal(x[k].view(-1).view(torch.uint8), y[k].view(-1).view(torch.uint8)), f"{k} differs"
 
 
-def test_a_tp_x_hsdp_job_requeued_by_slurm_ends_as_it_would_uninterrupted(slurm_cluster, tmp_path):
-    ref = reference(4, *LAYOUT)
-    job = submit(tmp_path, "requeued", *TP_HSDP)
-    rdir = run_dir(tmp_path, "requeued")
-    wait_for_step(rdir, 15, 180)
-    slurm_cluster.run("scontrol", "requeue", job)
-    assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
-    got = events(rdir)
-    assert len([e for e in got if e.kind is Kind.RESUME]) == 1
-    assert all(e.details.world_size == 4 for e in got if e.kind is Kind.START)
-    assert_same_checkpoint(ref, rdir)
-
-
-def test_a_tp_x_hsdp_job_that_loses_a_node_goes_on_on_the_spare(idle_cluster, tmp_path):
+def test_a_tp_x_hsdp_job_goes_on_on_the_spare_then_requeued_by_slurm_ends_as_it_would_uninterrupted(
+        idle_cluster, tmp_path):
     ref = reference(4, *LAYOUT)
     job = submit(tmp_path, "spare", *TP_HSDP, "cluster.spare_nodes=1")
     rdir = run_dir(tmp_path, "spare")
     wait_for_step(rdir, 15, 180)
     dead = kill_driven_task(job, 2)  # the second node's first rank: its TP group, one replica's shard
+    wait_for_step(rdir, 25, 180)  # the run on the spare resumed from step 10: past its next checkpoint
+    idle_cluster.run("scontrol", "requeue", job)
     assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
     got = events(rdir)
-    assert not [e for e in got if e.kind is Kind.REQUEUE]
     (restart,) = [e for e in got if e.kind is Kind.RESTART_IN_ALLOCATION]
     assert restart.details.move == "spare" and restart.details.replaced == [dead], restart
+    assert not [e for e in got if e.kind is Kind.REQUEUE]  # Slurm requeued it, the job did not
+    assert [(e.restart, e.job_step) for e in got if e.kind is Kind.ATTEMPT] == [(0, 0), (0, 1), (1, 0)]
+    assert all(e.details.world_size == 4 for e in got if e.kind is Kind.START)
+    assert len([e for e in got if e.kind is Kind.RESUME]) == 2  # on the spare, and after the requeue
     assert_same_checkpoint(ref, rdir)

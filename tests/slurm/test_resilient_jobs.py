@@ -110,24 +110,28 @@ def test_preemption_saves_within_grace_requeues_and_resumes_bit_identical(slurm_
     assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
-@pytest.mark.parametrize("victim", [0, 1])
-def test_a_killed_rank_ends_the_attempt_and_the_job_requeues_and_finishes(slurm_cluster, tmp_path, victim):
-    ref = reference(2)
-    job = submit(tmp_path, "killed", *TWO_NODES, "cluster.time_min=10", "fault.step_sleep_s=0.05",
+def test_a_killed_rank_ends_the_attempt_and_the_job_requeues_and_finishes(slurm_cluster, tmp_path):
+    """Rank 0 (the one that writes the run's records) killed in the first attempt, rank 1 in the second."""
+    steps = [RESIZED_STEPS]  # 100: room for a second kill after the first resume
+    ref = reference(2, *steps)
+    job = submit(tmp_path, "killed", *TWO_NODES, *steps, "cluster.time_min=10", "fault.step_sleep_s=0.05",
                  "cluster.max_restarts=2")
     rdir = run_dir(tmp_path, "killed")
     wait_for_step(rdir, 35, 120)
-    kill_task(job, victim)
+    kill_task(job, 0)
+    wait_until("the second attempt", lambda: len(attempts(events(rdir))) == 2, 120, 0.1)
+    wait_for_step(rdir, 60, 120)  # the first attempt died before step 40: this is the second's
+    kill_task(job, 1)
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
 
     ev = events(rdir)
-    survivor = 1 - victim
-    crashes = [e for e in ev if e.kind is Kind.CRASH]
-    assert crashes and all(e.rank == survivor for e in crashes)
-    (requeue,) = [e for e in ev if e.kind is Kind.REQUEUE]
-    assert requeue.details.reason.startswith("failed after saving progress; requeued") and requeue.details.ok
-    assert [e.restart for e in attempts(ev)] == [0, 1]
-    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
+    crashes = {(e.restart, e.rank) for e in ev if e.kind is Kind.CRASH}
+    assert crashes == {(0, 1), (1, 0)}, crashes  # each time the survivor, never the victim
+    requeues = [e for e in ev if e.kind is Kind.REQUEUE]
+    assert len(requeues) == 2 and all(r.details.reason.startswith("failed after saving progress; requeued")
+                                      and r.details.ok for r in requeues)
+    assert [e.restart for e in attempts(ev)] == [0, 1, 2]
+    assert_bit_identical(final_tensors(ref, 100), final_tensors(rdir, 100))
 
 
 def test_the_same_crash_every_attempt_stops_after_the_restart_budget(slurm_cluster, tmp_path):
