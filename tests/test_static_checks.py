@@ -40,8 +40,8 @@ SIDE_EFFECTS = {"subprocess", "socket", "signal", "threading", "shutil", "torch"
 
 def test_types():
     pytest.importorskip("mypy")
-    done = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", str(PACKAGE)],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(PACKAGE.parent / "pyproject.toml"),
+                           str(PACKAGE)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -55,50 +55,6 @@ def node_of(job, procid):
     return wait_until(f"task {procid} of job {job}", lambda: driven_task(job, procid), 60)[2]
 
 
-def test_a_killed_rank_continues_on_the_spare_in_the_same_job(idle_cluster, tmp_path):
-    """The survivor restarts in its own process (cluster.restart_in_process, the default); the killed
-    rank's replacement is the process that stood by on the spare (cluster.standby, the default)."""
-    ref = reference(2)
-    job = submit(tmp_path, "spare", *DRIVEN, "cluster.spare_nodes=1")
-    rdir = run_dir(tmp_path, "spare")
-    wait_for_step(rdir, 35, 120)
-    dead = kill_driven_task(job, 1)
-    assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
-
-    ev = events(rdir)
-    assert job_state(job)["Restarts"] == "0" and not of(ev, Kind.REQUEUE)  # never left the allocation
-    first, second = of(ev, Kind.ATTEMPT)
-    assert (first.restart, first.job_step, second.restart, second.job_step) == (0, 0, 0, 1)
-    (spare,) = set(NODES) - set(first.details.nodes)
-    (restart,) = of(ev, Kind.RESTART_IN_ALLOCATION)
-    r = restart.details
-    assert (r.move, r.replaced, r.added) == ("spare", [dead], [spare]) and sorted(r.nodes) == sorted(second.details.nodes)
-    assert dead not in second.details.nodes and spare in second.details.nodes
-    assert r.process_s == 0 and 0 < r.latency_s < 60, r  # no process had to start after the failure
-    lost = [e for e in of(ev, Kind.CRASH) if e.node == dead]
-    assert lost and lost[0].details.error.startswith(f"TaskLost: task 1 on {dead} ended without a trace (Killed)")
-    # rank 0 went on in the process it had; rank 1's is new
-    before, after = of(ev, Kind.START)
-    assert after.details.pids[0] == before.details.pids[0] and after.details.pids[1] != before.details.pids[1]
-    # the same process start (read from /proc at each start: to the millisecond, not exactly)
-    assert abs(stamp_seconds(after.details.process_starts[0]) - stamp_seconds(before.details.process_starts[0])) < 0.5
-    # rank 1's new process stood by on the spare since the job began, and was woken after the kill
-    assert stamp_seconds(after.details.process_starts[1]) < stamp_seconds(r.failed_at)
-    (standby,) = [p for p in (rdir / "slurm" / "rejoin").glob("*.standby-*.json")]
-    assert json.loads(standby.read_text()) == {"generation": 1} and standby.name.endswith(f"-{second.job_step}.json")
-    (waited,) = of(ev, Kind.PEER_LOST)
-    # gloo says "Connection closed by peer" or "... reset by peer", depending on which end saw it first
-    assert waited.rank == 0 and waited.details.generation == 1 and peer_gone(RuntimeError(waited.details.error))
-    assert not [e for e in of(ev, Kind.CRASH) if e.rank == 0]  # a peer's death is not the survivor's crash
-    assert r.path == "inprocess" and r.why is None, r
-    b = r.breakdown
-    assert set(b) == {"detect", "teardown", "placement", "process_start", "rendezvous", "load", "data_ready",
-                      "first_step", "load_source"}, b
-    assert all(b[k] is not None and 0 <= b[k] < r.latency_s for k in b if k != "load_source"), b
-    assert b["load_source"] == "hot"
-    assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
-
-
 def test_a_stopped_rank_is_found_and_named_within_10_s_at_the_default_settings(idle_cluster, tmp_path):
     """SIGSTOP of rank 1: neither its progress nor its liveness beats come. The driver's heartbeat
     monitor finds it within the issue's 10 s at the default settings (the collective timeout is 60 s),
@@ -204,13 +160,17 @@ def continued(run: Path, step: int, root: Path, *legs: tuple[int, int], override
     return twin
 
 
-def test_two_failures_with_one_spare_shrink_to_one_node_with_the_same_global_batch(idle_cluster, tmp_path):
+def test_a_killed_rank_goes_on_on_the_spare_and_a_second_loss_shrinks_to_one_node_same_global_batch(
+        idle_cluster, tmp_path):
+    """The first kill: the survivor restarts in its own process (cluster.restart_in_process, the
+    default); the killed rank's replacement is the process that stood by on the spare (cluster.standby,
+    the default). The second, with no spare left: the run shrinks to one node (elastic.min_nodes=1)."""
     ref = reference(2, RESIZED_STEPS)
     job = submit(tmp_path, "shrink", *DRIVEN, RESIZED_STEPS, "cluster.spare_nodes=1", "cluster.elastic.min_nodes=1",
                  "fault.step_sleep_s=0.1")
     rdir = run_dir(tmp_path, "shrink")
     wait_for_step(rdir, 55, 150)
-    kill_driven_task(job, 1)  # resumes from 50 on the spare
+    dead = kill_driven_task(job, 1)  # resumes from 50 on the spare
     wait_until("the restarted run's checkpoint of step 75",
                lambda: [e for e in of(events(rdir), Kind.SAVE) if e.step == 75 and e.job_step == 1], 120, 0.1)
     # the spare is gone too: one node left (rank 1 is now the first task of the replacement's step)
@@ -218,9 +178,13 @@ def test_two_failures_with_one_spare_shrink_to_one_node_with_the_same_global_bat
     assert wait_for_end(job, rdir, 240) == "COMPLETED", describe(job, rdir)
 
     ev = events(rdir)
+    assert job_state(job)["Restarts"] == "0" and not of(ev, Kind.REQUEUE)  # never left the allocation
     assert [r.details.move for r in of(ev, Kind.RESTART_IN_ALLOCATION)] == ["spare", "shrink"]
+    saved_75 = next(i for i, e in enumerate(ev) if e.kind is Kind.SAVE and e.step == 75 and e.job_step == 1)
+    _assert_on_the_spare(ev[:saved_75], dead, rdir)  # what was recorded before the second kill
+
     third = of(ev, Kind.ATTEMPT)[-1]
-    assert third.job_step == 2 and third.details.ntasks == 1 and job_state(job)["Restarts"] == "0"
+    assert third.job_step == 2 and third.details.ntasks == 1
     (start,) = [e for e in of(ev, Kind.START) if e.job_step == 2]
     (resume,) = [e for e in of(ev, Kind.RESUME) if e.job_step == 2]
     assert start.details.world_size == 1 and resume.details.saved_world_size == 2 and resume.step == 75
@@ -232,6 +196,39 @@ def test_two_failures_with_one_spare_shrink_to_one_node_with_the_same_global_bat
         assert state["data_state"]["samples_consumed"] == step * 4 and state["world_size"] == (2 if step == 75 else 1)
     twin = continued(ref, 75, tmp_path / "twin", (1, 0), overrides=(RESIZED_STEPS,))
     assert_bit_identical(final_tensors(twin, RESIZED), final_tensors(rdir, RESIZED))
+
+
+def _assert_on_the_spare(ev, dead: str, rdir: Path) -> None:
+    """A run that lost rank 1's node `dead` went on with the spare in the same job, as `ev` records it."""
+    first, second = of(ev, Kind.ATTEMPT)
+    assert (first.restart, first.job_step, second.restart, second.job_step) == (0, 0, 0, 1)
+    (spare,) = set(NODES) - set(first.details.nodes)
+    (restart,) = of(ev, Kind.RESTART_IN_ALLOCATION)
+    r = restart.details
+    assert (r.move, r.replaced, r.added) == ("spare", [dead], [spare]) and sorted(r.nodes) == sorted(second.details.nodes)
+    assert dead not in second.details.nodes and spare in second.details.nodes
+    assert r.process_s == 0 and 0 < r.latency_s < 60, r  # no process had to start after the failure
+    lost = [e for e in of(ev, Kind.CRASH) if e.node == dead]
+    assert lost and lost[0].details.error.startswith(f"TaskLost: task 1 on {dead} ended without a trace (Killed)")
+    # rank 0 went on in the process it had; rank 1's is new
+    before, after = of(ev, Kind.START)
+    assert after.details.pids[0] == before.details.pids[0] and after.details.pids[1] != before.details.pids[1]
+    # the same process start (read from /proc at each start: to the millisecond, not exactly)
+    assert abs(stamp_seconds(after.details.process_starts[0]) - stamp_seconds(before.details.process_starts[0])) < 0.5
+    # rank 1's new process stood by on the spare since the job began, and was woken after the kill
+    assert stamp_seconds(after.details.process_starts[1]) < stamp_seconds(r.failed_at)
+    standby = [json.loads(p.read_text()) for p in (rdir / "slurm" / "rejoin").glob(f"*.standby-{second.job_step}.json")]
+    assert standby == [{"generation": 1}]
+    (waited,) = of(ev, Kind.PEER_LOST)
+    # gloo says "Connection closed by peer" or "... reset by peer", depending on which end saw it first
+    assert waited.rank == 0 and waited.details.generation == 1 and peer_gone(RuntimeError(waited.details.error))
+    assert not [e for e in of(ev, Kind.CRASH) if e.rank == 0]  # a peer's death is not the survivor's crash
+    assert r.path == "inprocess" and r.why is None, r
+    b = r.breakdown
+    assert set(b) == {"detect", "teardown", "placement", "process_start", "rendezvous", "load", "data_ready",
+                      "first_step", "load_source"}, b
+    assert all(b[k] is not None and 0 <= b[k] < r.latency_s for k in b if k != "load_source"), b
+    assert b["load_source"] == "hot"
 
 
 def test_a_shrunk_run_grows_back_at_a_checkpoint_once_its_node_is_returned_to_service(idle_cluster, tmp_path):
