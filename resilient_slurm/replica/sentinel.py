@@ -18,8 +18,9 @@ check runs over the replica engine's sum instead of the mesh's replicate dimensi
 (`across_groups.py`), over the groups live at that step. Two live groups settle a tie by both
 re-running the update in place from the kept state (no third rank shares their shard's process
 group); the culprit's group is healed from a good one, and training goes on. Its node is drained
-and excluded as below, but it is not moved out of the job at once (monitor.sdc.leave_node stops
-every group, which replica groups exist to avoid): the next start leaves it out.
+and excluded as below; the step is not stopped (that would stop every group, which replica groups
+exist to avoid): with monitor.sdc.leave_node the job's driver moves that group alone to a spare
+(`supervise/replica_driver.py`), and without a spare the next start leaves the node out.
 
 Without replicas, `monitor.sdc.rerun_every_steps` has a buddy re-run each rank's update instead
 (`buddy.py`).
@@ -191,7 +192,7 @@ class Sentinel:
             verified = not self.comm.count(bool(differing([after[g] for g in live])))
         self.agreed = None
         self._record(step, finding("replicas", disputes, rulings, extra, h.names, nodes, source,
-                                   time.perf_counter() - found, verified))
+                                   time.perf_counter() - found, verified, group_size=place.group_size))
 
     def _settle_groups(self, mine: Dispute | None, step: int) -> tuple[Ruling, list[dict[str, Any]]] | None:
         """Two live groups: both re-run the disputed update in place from the kept state, and the

@@ -181,11 +181,15 @@ def as_hex(row: Sequence[int]) -> str:
 
 
 def finding(check: str, disputes: Sequence[Dispute], rulings: Sequence[Ruling], extra: list[dict[str, Any]],
-            names: Sequence[str], nodes: Sequence[str], source: str | None, seconds: float, verified: bool) -> Sdc:
-    """The `sdc` event of a check whose copies differed (`extra`: the re-runs' fingerprints)."""
+            names: Sequence[str], nodes: Sequence[str], source: str | None, seconds: float, verified: bool,
+            group_size: int | None = None) -> Sdc:
+    """The `sdc` event of a check whose copies differed (`extra`: the re-runs' fingerprints). Each
+    copy's group in the evidence is its position among the dispute's members (HSDP's replica index),
+    or, across replica groups (`group_size` ranks each), its rank's own group, whichever are live."""
     culprits = sorted({r for ruling in rulings for r in ruling.culprits})
     decided = bool(rulings) and all(r.decided for r in rulings)
-    evidence = [{"rank": m, "group": g if check == "replicas" else None, "node": nodes[m], "tensor": names[t],
+    evidence = [{"rank": m, "group": None if check != "replicas" else m // group_size if group_size else g,
+                 "node": nodes[m], "tensor": names[t],
                  "fingerprint": as_hex(fp)}
                 for d in disputes for g, m in enumerate(d.members)
                 for t, fp in list(zip(d.tensors, d.after[m]))[:EVIDENCE_TENSORS]]

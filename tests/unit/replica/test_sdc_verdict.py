@@ -104,3 +104,12 @@ def test_the_sdc_event_names_the_culprit_node_and_keeps_every_copys_fingerprint(
                         ["n0", "n0", "n1", "n1", "n2", "n2"], None, 0.1, False)
     assert undecided.action == UNDECIDED and undecided.ranks == [] and undecided.suspects == ["n0", "n1", "n2"]
     assert as_hex((-1, 1)) == "ffffffffffffffff0000000000000001"
+
+
+def test_across_replica_groups_the_evidence_names_each_copys_own_group_while_one_is_away():
+    # groups of 2 ranks; group 1 (ranks 2, 3) is out of this step's quorum: rank 1's shard is held by
+    # ranks 1, 5 and 7, in groups 0, 2 and 3 (positions 0, 1 and 2 among the live ones)
+    d = Dispute(1, (1, 5, 7), (0,), {1: (A,), 5: (B,), 7: (A,)})
+    e = finding("replicas", [d], [Ruling((5,), (1, 7), "majority", "2 of 3 copies agree")], [], ["w0"],
+                [f"n{r // 2}" for r in range(8)], "group 0", 0.2, True, group_size=2)
+    assert [(x["rank"], x["group"], x["node"]) for x in e.evidence] == [(1, 0, "n0"), (5, 2, "n2"), (7, 3, "n3")]
