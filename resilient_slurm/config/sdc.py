@@ -32,7 +32,9 @@ class SdcConfig:
     leave_node: bool = True
     """In a Slurm job, once the culprit is healed, stop the step at this boundary (every rank saves
     the healed state) so that the job restarts without its node, as a failed node health check
-    does. False: train on beside it; each later corruption is caught and healed the same way."""
+    does; across replica groups (cluster.replica_ft) only the culprit's group moves, to a spare, and
+    the others train on. False: train on beside it; each later corruption is caught and healed the
+    same way."""
 
     def problems(self) -> list[str]:
         p = Problems()

@@ -8,7 +8,8 @@ with an allowance: until the next beat, the rank may stay silent that long. Each
 is alive (`ALIVE`, twice a second from a thread of its own), and a closing rank says it exits.
 
 A rank is hung (`silent_ranks`) when it makes no progress
-- and is not alive either, for `alive_s`, while it trains (no phase allowance): its process is
+- and is not alive either, for `alive_s`, while it trains (no phase allowance) or waits in a
+  phase that only waits on other processes (`WAITS`: a replica group's quorum): its process is
   stopped (SIGSTOP, a debugger), gone with its node, or stuck holding the interpreter; found in
   seconds;
 - or for longer than its limit, alive or not: the timeout, or `factor` times its own typical gap
@@ -38,6 +39,10 @@ EXIT = "exit"
 """The phase of a closing rank's last beat: no liveness beats follow."""
 PROGRESS = ("step", "micro_batch")
 """Phases of training itself (no allowance): where a typical gap between beats is learnt."""
+WAITS = ("quorum",)
+"""Phases whose allowance covers waiting on other processes only (the network, the interpreter
+free for the liveness thread), unlike a save's or a heal's work: a rank there that is not alive is
+hung at once, as in training. A replica group's rank spends much of a short step in its quorum."""
 GAP_HISTORY = 20
 
 
@@ -149,8 +154,8 @@ def silent_ranks(states: Mapping[int, RankState], ranks: Iterable[int], now: flo
             continue
         quiet = now - s.last_at
         limit = max(limits.timeout_s, s.last.allow_s, _own_limit(s, limits))
-        training = s.last.allow_s <= 0
-        if quiet > limit or (training and not alive and quiet > limits.alive_s):
+        watched = s.last.allow_s <= 0 or s.last.phase in WAITS
+        if quiet > limit or (watched and not alive and quiet > limits.alive_s):
             out.append(Silence(rank, quiet, s.last.step, s.last.phase, limit if quiet > limit else limits.alive_s,
                                alive))
     return out

@@ -26,7 +26,7 @@ def record(cfg: Config, events: EventLog, writes: bool, stop: StopRequest, step:
            leave: bool = True) -> None:
     """Every rank calls it with the same finding; the one that `writes` the run's records acts.
     `leave`: monitor.sdc.leave_node may stop the step (not across replica groups, where a stop
-    would stop every group)."""
+    would stop every group: the driver moves the culprit's group alone, on the `sdc` event)."""
     if not writes:
         return
     events.emit(found, step)

@@ -11,7 +11,8 @@ replacement's ranks reads where its group now meets from the driver's word (`rej
 with the group), takes the state from a live group over the network at its first quorum, and
 joins; the other groups never stopped. No spare for a lost node: the group stays out, and the
 others go on without it. A straggler (`monitor.straggler`) is recorded, and with a spare its group
-is replaced the same way at once, its node left out; the others train on.
+is replaced the same way at once, its node left out; the others train on. So is the group of a node
+a silent data corruption named (monitor.sdc.leave_node), once the sentinel healed it in place.
 
 Refused (`replica.plan.refusal`: every group lost at once, no live group, fewer than
 cluster.replica_min, or a replacement that failed before it joined; one line in the ledger,
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.files import stamp_seconds
-from resilient_slurm.ledger import Crash, ReplicaJoin, ReplicaRefused, read_events, read_new_events, select
+from resilient_slurm.ledger import Crash, ReplicaJoin, ReplicaRefused, Sdc, read_events, read_new_events, select
 from resilient_slurm.monitor.heartbeats import culprits
 from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.process.signals import StopRequest
@@ -145,10 +146,11 @@ class ReplicaDriver:
         ledger_at = _size(RunDir(self.job.path).events)
         while any(g.gen.running() for g in groups):
             time.sleep(POLL_S)
-            ledger_at = self._joined(groups, ledger_at)
+            ledger_at, corrupt = self._news(groups, ledger_at)
             failed = {g.index for g in groups if not g.out and g.failed} | self._hung(groups)
             if not failed:
-                for index, node in self._stragglers(groups):
+                swaps = self._stragglers(groups)
+                for index, node in swaps + self._corrupted(groups, corrupt, len(swaps)):
                     self._replace(groups[index], out=(node,))
                 continue
             time.sleep(AT_ONCE_S)
@@ -174,13 +176,38 @@ class ReplicaDriver:
     def _argv(self, nodes: tuple[str, ...], tasks_per_node: int, launch: RankLaunch) -> list[str]:
         return self.job.argv(nodes, tasks_per_node, launch)
 
-    def _joined(self, groups: list[Group], at: int) -> int:
-        if not any(g.joining for g in groups):
-            return at
+    def _news(self, groups: list[Group], at: int) -> tuple[int, list[str]]:
+        """The ledger's events since offset `at`: a replacement's join ends its group's joining; the
+        nodes a healed silent data corruption named are returned, with the new offset."""
         news, at = read_new_events(RunDir(self.job.path).events, at)
         for e in select(news, ReplicaJoin):
             groups[e.details.group].joining = False
-        return at
+        return at, [n for e in select(news, Sdc) if e.details.action == "healed" for n in e.details.nodes]
+
+    def _corrupted(self, groups: list[Group], nodes: list[str], planned: int) -> list[tuple[int, str]]:
+        """(group, node) for each group to move off a node a silent data corruption named
+        (monitor.sdc.leave_node): its state was healed in place from a good group, but the node is
+        not trusted, so with a usable spare (beyond the `planned` swaps) the group is replaced at
+        once and the others train on; without one it trains on there until the next start leaves
+        the node out (the sentinel drained and excluded it)."""
+        if not nodes or not self.cfg.monitor.sdc.leave_node:
+            return []
+        assert self.alloc is not None
+        spares = [n for n in self.alloc.spares if n not in self.alloc.failed]
+        joining = {g.index for g in groups if g.joining}
+        moves: list[tuple[int, str]] = []
+        for node in dict.fromkeys(nodes):
+            g = next((g for g in groups if node in g.nodes and not g.out and not g.joining), None)
+            if g is None or any(i == g.index for i, _ in moves):
+                continue
+            if len(spares) > planned + len(moves) and \
+                    plan.refusal(self.groups_n, {g.index}, joining, self.cfg.cluster.replica_min) is None:
+                say(f"silent data corruption on {node}: replica group {g.index} moves to a spare")
+                moves.append((g.index, node))
+            else:
+                say(f"silent data corruption on {node}: no spare; replica group {g.index} trains on there until "
+                    f"the next start leaves the node out")
+        return moves
 
     def _hung(self, groups: list[Group]) -> set[int]:
         """Groups with a rank the heartbeats find silent (the culprit's stacks and `hang` recorded)."""

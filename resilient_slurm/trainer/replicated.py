@@ -70,7 +70,9 @@ class ReplicaSteps:
     def quorum(self) -> Quorum:
         """This step's quorum; the ledger records who left, and this group's heal."""
         s = self.session
-        s.announce("quorum")  # a quorum (with a heal) may take longer than a step
+        # A quorum may take longer than a step; a replacement's first one takes its heal, work that
+        # may hold the interpreter, so it is a phase of its own (monitor.heartbeats.WAITS).
+        s.announce("heal" if self.first and self.place.heal else "quorum")
         q = self.replicas.quorum()
         if self.first:
             q = self._first(q)

@@ -7,24 +7,32 @@ joins at a step boundary, while group 0 trains on alone or, when the warm replac
 next quorum, with it. No step is lost (metrics-lost.jsonl stays empty) and the losses match an
 uninterrupted twin, plain HSDP over two ranks, within 1e-4 relative. A rank really slowed (a CPU
 quota on its process) is found as a straggler, and its group moves to the spare the same way while
-the other trains on; the run speeds up again. Nothing is faked."""
+the other trains on; the run speeds up again. A group whose rank was SIGSTOPped is found hung by the
+heartbeats within 10 s, its culprit and node named, and starts anew in place (a hang alone does not
+condemn a node) while the other trains on; one whose node a flipped bit was pinned on is healed in
+place from the other group first, its node drained, and then moves to the spare the same way. Only the flip is faked
+(`fault.sdc_step`: a real one needs faulty memory)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
 from resilient_slurm.analysis.faults import stragglers
+from resilient_slurm.files import stamp_seconds
+from resilient_slurm.health import exclude_list
 from resilient_slurm.ledger import Kind
 from resilient_slurm.rundir.metrics import read_metrics
 from tests.cpucg import cpu_quota
 from resilient_slurm.process.launch import RankLaunch
 from tests.integration.runs import events, run_dir
 from tests.slurm.jobs import describe, driven_tasks, job_state, reference, submit, wait_for_end, wait_for_step, wait_until
+from tests.slurm.test_node_health import node_states
 
 GROUP = RankLaunch.variable("replica_group")
 """The variable that names a rank's replica group (how a test finds a group's processes)."""
@@ -95,7 +103,7 @@ def test_a_killed_group_is_replaced_on_the_spare_while_the_other_trains_on(idle_
 
 def test_a_throttled_groups_node_is_found_and_the_group_moves_to_the_spare_while_the_other_trains_on(
         idle_cluster, tmp_path):
-    twin = losses(reference(2, *TWIN))
+    reference(2, *TWIN)
     job = submit(tmp_path, "slow", *DRIVEN, *GROUPS, "monitor.straggler.steps=5")
     rdir = run_dir(tmp_path, "slow")
     wait_for_step(rdir, 20, 180)
@@ -108,20 +116,76 @@ def test_a_throttled_groups_node_is_found_and_the_group_moves_to_the_spare_while
     assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
 
     ev = events(rdir)
-    kinds = [e.kind for e in ev]
-    assert job_state(job)["Restarts"] == "0" and Kind.REQUEUE not in kinds and Kind.RESUME not in kinds
     (found,) = [e for e in ev if e.kind is Kind.STRAGGLER]
     d = found.details
     assert (found.rank, found.node, d.action, d.group) == (1, slow, "swap", 1), found
-    (start,) = [e for e in ev if e.kind is Kind.START]
-    (spare,) = set(NODES) - {start.node, slow}
     (join,) = [e for e in ev if e.kind is Kind.REPLICA_JOIN]
-    assert (join.details.group, join.node) == (1, spare)
     (line,) = stragglers(ev, read_metrics(rdir / "metrics.jsonl"))
-    assert line.swapped_for == (spare,) and line.after > line.before, line
+    assert line.swapped_for == (join.node,) and line.after > line.before, line
     print(f"straggler found -> its group joined on the spare: {line.found_to_first_step_s:.1f} s; tokens/s "
           f"{line.before:.0f} -> {line.after:.0f}")
+    assert_group_1_rejoined(job, rdir, survivor, slow)
+
+
+def assert_group_1_rejoined(job: str, rdir: Path, survivor: int, node: str, in_place: bool = False) -> None:
+    """Group 1, started anew on the spare instead of `node` (or on `node` again: `in_place`), joined
+    while group 0's process trained on to the end; no step lost, the losses the twin's."""
+    ev = events(rdir)
+    kinds = [e.kind for e in ev]
+    assert job_state(job)["Restarts"] == "0" and Kind.REQUEUE not in kinds and Kind.RESUME not in kinds
+    (start,) = [e for e in ev if e.kind is Kind.START]
+    assert start.details.pids == [survivor]
+    (spare,) = set(NODES) - {start.node, node}
+    (join,) = [e for e in ev if e.kind is Kind.REPLICA_JOIN]
+    assert (join.details.group, join.details.live, join.node) == (1, [0, 1], node if in_place else spare)
+    twin = losses(reference(2, *TWIN))
     got = losses(rdir)
     assert list(got) == list(range(1, STEPS + 1)) and not losses(rdir, "metrics-lost.jsonl")
     for step, loss in got.items():
         assert abs(loss - twin[step]) <= 1e-4 * abs(twin[step]), (step, loss, twin[step])
+
+
+def test_a_stopped_rank_is_named_within_10_s_and_its_group_starts_anew_while_the_other_trains_on(
+        idle_cluster, tmp_path):
+    reference(2, *TWIN)
+    job = submit(tmp_path, "hung", *DRIVEN, *GROUPS)
+    rdir = run_dir(tmp_path, "hung")
+    wait_for_step(rdir, 30, 180)
+    survivor, _ = wait_until("group 0's task", lambda: group_task(job, 0), 30)
+    pid, stopped = wait_until("group 1's task", lambda: group_task(job, 1), 30)
+    stopped_at = time.time()
+    os.kill(pid, signal.SIGSTOP)
+    wait_until("the replacement to join", lambda: [e for e in events(rdir) if e.kind is Kind.REPLICA_JOIN], 180)
+    assert os.path.exists(f"/proc/{survivor}"), "group 0's process never stopped"
+    assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
+
+    (hang,) = [e for e in events(rdir) if e.kind is Kind.HANG]
+    found_s = stamp_seconds(hang.time) - stopped_at
+    assert found_s <= 10, (found_s, hang)
+    assert (hang.rank, hang.node, hang.details.culprits, hang.details.nodes) == (1, stopped, [1], [stopped]), hang
+    assert hang.details.reason.startswith("heartbeat:"), hang
+    print(f"SIGSTOP in replica group 1 -> hang with its culprit on record: {found_s:.2f} s")
+    # in place: a hang alone does not condemn its node (the node record counts it: health.node_record)
+    assert_group_1_rejoined(job, rdir, survivor, stopped, in_place=True)
+
+
+def test_a_flipped_bit_is_healed_from_the_other_group_which_trains_on_while_the_culprits_moves_to_the_spare(
+        idle_cluster, tmp_path):
+    reference(2, *TWIN)
+    job = submit(tmp_path, "sdc", *DRIVEN, *GROUPS, "health.drain=true", "fault.sdc_step=30", "fault.sdc_rank=1",
+                 f"cluster.exclude_file={tmp_path}/exclude.json")
+    rdir = run_dir(tmp_path, "sdc")
+    survivor, _ = wait_until("group 0's task", lambda: group_task(job, 0), 120)
+    assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    (sdc,) = [e for e in ev if e.kind is Kind.SDC]
+    d = sdc.details
+    assert sdc.step == 30 and d.ranks == [1] and d.action == "healed" and d.verified and d.decided_by == "rerun", d
+    (bad,) = d.nodes
+    state, reason = node_states(idle_cluster.state_dir)[bad]
+    assert state.startswith("drain") and "sdc" in reason, (state, reason)
+    assert exclude_list.load(str(tmp_path / "exclude.json"))[bad].reason.startswith("sdc: ")
+    (heal,) = [e for e in ev if e.kind is Kind.REPLICA_HEAL]  # the moved group's, from group 0
+    assert (heal.details.group, heal.details.source) == (1, 0) and heal.step >= sdc.step  # the state after the check
+    assert_group_1_rejoined(job, rdir, survivor, bad)

@@ -51,6 +51,9 @@ def steady(rank, until, gap=0.1, phase="step", allow=0.0, alive_at=None):
     # ... but not inside an announced phase (a save may hold the interpreter): its allowance counts
     ({0: steady(0, 100.0, phase="save", allow=600.0, alive_at=100.2)}, 150.0, []),
     ({0: steady(0, 100.0, phase="save", allow=600.0, alive_at=100.2)}, 701.0, [0]),
+    # a replica group's quorum only waits on the others: not alive there is stopped, as in training
+    ({0: steady(0, 100.0, phase="quorum", allow=600.0, alive_at=100.2)}, 103.5, [0]),
+    ({0: steady(0, 100.0, phase="quorum", allow=600.0, alive_at=103.4)}, 103.5, []),
     # before the first beat: the start allowance, counted from the monitor's start
     ({0: steady(0, 100.0, alive_at=100.0)}, 100.0, []),
     ({}, 599.0, []),
