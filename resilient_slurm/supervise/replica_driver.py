@@ -192,22 +192,28 @@ class ReplicaDriver:
         the node out (the sentinel drained and excluded it)."""
         if not nodes or not self.cfg.monitor.sdc.leave_node:
             return []
-        assert self.alloc is not None
-        spares = [n for n in self.alloc.spares if n not in self.alloc.failed]
-        joining = {g.index for g in groups if g.joining}
         moves: list[tuple[int, str]] = []
         for node in dict.fromkeys(nodes):
             g = next((g for g in groups if node in g.nodes and not g.out and not g.joining), None)
             if g is None or any(i == g.index for i, _ in moves):
                 continue
-            if len(spares) > planned + len(moves) and \
-                    plan.refusal(self.groups_n, {g.index}, joining, self.cfg.cluster.replica_min) is None:
+            if self._movable(groups, g, planned + len(moves), moves):
                 say(f"silent data corruption on {node}: replica group {g.index} moves to a spare")
                 moves.append((g.index, node))
             else:
                 say(f"silent data corruption on {node}: no spare; replica group {g.index} trains on there until "
                     f"the next start leaves the node out")
         return moves
+
+    def _movable(self, groups: list[Group], g: Group, planned: int, moves: list[tuple[int, str]]) -> bool:
+        """Whether group g can move to a spare now: neither joining nor out nor among the `moves`
+        already chosen, a usable spare left beyond the `planned` moves, and a loss the others could
+        go on without (`plan.refusal`)."""
+        assert self.alloc is not None
+        spares = [n for n in self.alloc.spares if n not in self.alloc.failed]
+        joining = {x.index for x in groups if x.joining}
+        return not g.joining and not g.out and all(i != g.index for i, _ in moves) and len(spares) > planned \
+            and plan.refusal(self.groups_n, {g.index}, joining, self.cfg.cluster.replica_min) is None
 
     def _hung(self, groups: list[Group]) -> set[int]:
         """Groups with a rank the heartbeats find silent (the culprit's stacks and `hang` recorded)."""
@@ -235,15 +241,11 @@ class ReplicaDriver:
             return []
         assert self.alloc is not None
         size = len(groups[0].nodes) * self.per_node
-        joining = {g.index for g in groups if g.joining}
-        spares = [n for n in self.alloc.spares if n not in self.alloc.failed]
         swaps: list[tuple[int, str]] = []
         for s in self.monitor.stragglers():
             g = groups[s.rank // size]
             node = g.nodes[(s.rank % size) // self.per_node]
-            swap = self.cfg.monitor.straggler.swap and len(spares) > len(swaps) and not g.joining and not g.out \
-                and all(i != g.index for i, _ in swaps) \
-                and plan.refusal(self.groups_n, {g.index}, joining, self.cfg.cluster.replica_min) is None
+            swap = self.cfg.monitor.straggler.swap and self._movable(groups, g, len(swaps), swaps)
             record_straggler(self.job.path, s, node, self.job.context(g.gen.step_id, node), "swap" if swap else "report",
                              self.cfg.health.node_record, self.job.job_id, group=g.index)
             say(f"straggler on {node}: {s.describe()}" + (f"; replica group {g.index} moves to a spare" if swap else ""))
