@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
 from resilient_slurm.session.replica_place import ReplicaPlace
 from resilient_slurm.process.launch import RankLaunch
@@ -166,3 +167,12 @@ class Comm:
         """Destroy the process group, unless it was adopted: its maker closes it."""
         if self._owned and dist.is_initialized():
             dist.destroy_process_group()
+            _forget_dtensor_shardings()
+
+
+def _forget_dtensor_shardings() -> None:
+    """DTensor caches each op's output placements for the life of the process. A vocab-parallel
+    embedding's placement holds its forward's mask until the all-reduce that ends it; a peer lost in
+    that all-reduce leaves the mask behind, and a rank that restarts in its process would meet it
+    in its next forward ("MaskBuffer has been materialized with conflicting data")."""
+    _clear_sharding_prop_cache()

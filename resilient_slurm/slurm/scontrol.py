@@ -124,9 +124,8 @@ def cancel(job_id: str) -> tuple[bool, str]:
     return scontrol(job_id, binary=DEFAULT_SCANCEL)
 
 
-def kill_step(job_id: str, step_id: int | None) -> tuple[bool, str]:
-    """SIGKILL to every task of one job step (every step of the job when its id is unknown): a
-    driver ends a failed step at once, so no rank stays behind in a collective or on a GPU."""
-    target = job_id if step_id is None else f"{job_id}.{step_id}"
-    return scontrol("--signal=KILL", target, binary=DEFAULT_SCANCEL)
+def kill_step(job_id: str, step_id: int) -> tuple[bool, str]:
+    """SIGKILL to every task of one job step: a driver ends a failed step at once, so no rank stays
+    behind in a collective or on a GPU."""
+    return scontrol("--signal=KILL", f"{job_id}.{step_id}", binary=DEFAULT_SCANCEL)
 

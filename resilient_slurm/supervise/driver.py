@@ -278,10 +278,9 @@ class Driver:
     def _kill(self, gen: Generation) -> bool:
         """Every task of the start, at once: no rank stays behind in a collective or holding a GPU."""
         for s in gen.sruns:
-            if s.proc.poll() is None:
-                ok, message = scontrol.kill_step(self.job.job_id, s.step_id)
-                if not ok:
-                    say(f"could not kill step {s.step_id}: {message}")
+            ok, message = s.kill(self.job.job_id)
+            if not ok:
+                say(f"could not kill step {s.step_id}: {message}")
         return True
 
     def _committed(self, e: Event[Any], step_id: int) -> bool:

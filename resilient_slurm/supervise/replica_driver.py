@@ -255,8 +255,7 @@ class ReplicaDriver:
 
     def _kill(self, g: Group) -> None:
         for s in g.gen.sruns:
-            if s.proc.poll() is None:
-                scontrol.kill_step(self.job.job_id, s.step_id)
+            s.kill(self.job.job_id)
         for s in g.gen.sruns:
             s.proc.wait()
 

@@ -14,8 +14,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from resilient_slurm.slurm import srun
+from resilient_slurm.slurm import scontrol, srun
 from resilient_slurm.supervise.conclusion import DriverMove
+
+
+NAMING_S = 2.0
+"""How long a kill waits for srun to name its step: srun names it (`-v`) before it launches a task,
+so a name still unread is one line away."""
 
 
 @dataclass
@@ -28,6 +33,18 @@ class Srun:
     """Set once srun said which step it created (its `-v` line)."""
     owner: Generation | None = None
     """The generation its reports belong to (a standby's changes when it is woken)."""
+
+    def kill(self, job_id: str) -> tuple[bool, str]:
+        """SIGKILL to every task of its step. An srun that named no step launched no task (it is
+        still waiting for nodes the job's other steps hold): srun alone is ended. Never the whole
+        job: `scancel --signal=KILL JOB` cancels it, and every step of it."""
+        if self.proc.poll() is not None:
+            return True, ""
+        self.named.wait(NAMING_S)
+        if self.step_id is None:
+            self.proc.kill()
+            return True, ""
+        return scontrol.kill_step(job_id, self.step_id)
 
 
 @dataclass

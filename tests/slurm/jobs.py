@@ -85,10 +85,14 @@ def describe(job_id: str, rdir: Path) -> str:
     return f"state: {job_state(job_id).get('JobState')}\nledger:\n{ledger}\nlogs:\n{logs}"
 
 
-def wait_for_step(rdir: Path, step: int, timeout_s: float) -> None:
+def wait_for_step(rdir: Path, step: int, timeout_s: float, job_id: str | None = None) -> None:
+    """Until the run has logged `step`; on timeout, with a job to describe, what it did meanwhile."""
     from tests.integration.runs import last_step
 
-    wait_until(f"step {step} in {rdir}", lambda: last_step(rdir) >= step, timeout_s, 0.1)
+    try:
+        wait_until(f"step {step} in {rdir}", lambda: last_step(rdir) >= step, timeout_s, 0.1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{describe(job_id, rdir)}" if job_id else str(e)) from None
 
 
 def task_pid(job_id: str, procid: int) -> int | None:

@@ -37,9 +37,9 @@ def test_a_tp_x_hsdp_job_goes_on_on_the_spare_then_requeued_by_slurm_ends_as_it_
     ref = reference(4, *LAYOUT)
     job = submit(tmp_path, "spare", *TP_HSDP, "cluster.spare_nodes=1")
     rdir = run_dir(tmp_path, "spare")
-    wait_for_step(rdir, 15, 180)
+    wait_for_step(rdir, 15, 180, job)
     dead = kill_driven_task(job, 2)  # the second node's first rank: its TP group, one replica's shard
-    wait_for_step(rdir, 25, 180)  # the run on the spare resumed from step 10: past its next checkpoint
+    wait_for_step(rdir, 25, 180, job)  # the run on the spare resumed from step 10: past its next checkpoint
     idle_cluster.run("scontrol", "requeue", job)
     assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
     got = events(rdir)
