@@ -18,7 +18,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
 from resilient_slurm.session.replica_place import ReplicaPlace
 from resilient_slurm.process.launch import RankLaunch
@@ -175,4 +174,7 @@ def _forget_dtensor_shardings() -> None:
     embedding's placement holds its forward's mask until the all-reduce that ends it; a peer lost in
     that all-reduce leaves the mask behind, and a rank that restarts in its process would meet it
     in its next forward ("MaskBuffer has been materialized with conflicting data")."""
+    # Imported here: the module pulls in inductor, seconds of start-up a rank otherwise never spends.
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
     _clear_sharding_prop_cache()
