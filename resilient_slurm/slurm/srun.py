@@ -38,13 +38,16 @@ class TaskReport:
 
 def step_argv(nodes: Sequence[str], tasks_per_node: int, command: Sequence[str], *,
               cpus_per_task: int | None = None, gpus_per_node: int = 0, extra: Sequence[str] = (),
-              survivors_stay: bool = False, env: Sequence[str] = ()) -> list[str]:
+              survivors_stay: bool = False, env: Sequence[str] = (), overlap: bool = False) -> list[str]:
     """srun for a step of exactly these nodes. `--kill-on-bad-exit` ends the step when one task
     ends badly, so no rank is left behind waiting in a collective; `survivors_stay` leaves the
     other tasks running instead (the driver restarts them in their processes, or ends the step
     itself). `env`: NAME=VALUE for the tasks besides the driver's environment (what the driver
-    tells them: `RankLaunch.exports()`). Options the step does not inherit from the job (Slurm
-    22.05 no longer passes --cpus-per-task on) are given again."""
+    tells them: `RankLaunch.exports()`). `overlap`: the step shares the CPUs and GPUs other steps
+    hold (`--overlap`): a rank started anew in its dead predecessor's place, on a node whose
+    survivors' step still holds them all; without it srun waits for them ("Requested nodes are
+    busy"). Options the step does not inherit from the job (Slurm 22.05 no longer passes
+    --cpus-per-task on) are given again."""
     argv = ["srun", "-v", "--unbuffered", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
             f"--ntasks={len(nodes) * tasks_per_node}", f"--ntasks-per-node={tasks_per_node}",
             f"--kill-on-bad-exit={0 if survivors_stay else 1}", f"--export={','.join(['ALL', *env])}"]
@@ -52,6 +55,8 @@ def step_argv(nodes: Sequence[str], tasks_per_node: int, command: Sequence[str],
         argv.append(f"--cpus-per-task={cpus_per_task}")
     if gpus_per_node:
         argv.append(f"--gpus-per-node={gpus_per_node}")
+    if overlap:
+        argv.append("--overlap")
     return argv + list(extra) + list(command)
 
 

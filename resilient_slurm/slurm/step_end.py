@@ -62,12 +62,15 @@ class StepEnd:
         return tuple(u for u in self.untraced if u.lost)
 
 
-def judge(events: Sequence[Event[Any]], reports: Sequence[TaskReport]) -> StepEnd:
+def judge(events: Sequence[Event[Any]], reports: Sequence[TaskReport], nodes: Sequence[str] = (),
+          tasks_per_node: int = 1) -> StepEnd:
     """`events`: the step's own ledger events (its attempt key); `reports`: srun's task reports from
-    before the driver acted on them (the origin of a failure, not its consequences)."""
+    before the driver acted on them (the origin of a failure, not its consequences); `nodes`,
+    `tasks_per_node`: the start's placement, by which a report's task is a rank (`task_rank`)."""
     kinds = {e.kind for e in events}
     traced = {e.rank for e in events if e.kind in FAILURES or e.kind is Kind.NODE_UNHEALTHY}
-    untraced = tuple(Untraced(r.node, t, r.status) for r in reports for t in (r.tasks or (None,)) if t not in traced)
+    untraced = tuple(Untraced(r.node, t, r.status) for r in reports for t in (r.tasks or (None,))
+                     if t is None or task_rank(r.node, t, nodes, tasks_per_node) not in traced)
     lost = [u for u in untraced if u.lost]
     unhealthy = tuple(dict.fromkeys(e.details.bad_node for e in select(list(events), NodeUnhealthy)))
     if Kind.FINISH in kinds:
@@ -89,6 +92,15 @@ def judge(events: Sequence[Event[Any]], reports: Sequence[TaskReport]) -> StepEn
     if untraced:
         return StepEnd(ExitCode.FAILED, error=untraced[0].error, untraced=untraced)
     return StepEnd(ExitCode.FAILED, error="TaskFailed: the step ended before any task wrote a trace")
+
+
+def task_rank(node: str, task: int, nodes: Sequence[str], tasks_per_node: int) -> int:
+    """The global rank of task `task` srun reported on `node`: its position on its node in the
+    start's node list. A replacement step's tasks count from 0 on their node, as the first step's
+    count from 0 on the first node: task 0 of the step that replaced rank 3 is rank 3."""
+    if node in nodes:
+        return list(nodes).index(node) * tasks_per_node + task % tasks_per_node
+    return task
 
 
 def _text(e: Event[Any]) -> str:

@@ -342,7 +342,7 @@ class Driver:
         if gen.step_id is not None:
             key = (job.job_id, job.restart, gen.step_id)
             ours = [e for e in history if recovery.attempt_key(e) == key]
-            end = judge(ours, origin)
+            end = judge(ours, origin, alloc.in_use, self.cfg.cluster.tasks_per_node)
             last_step = max([e.step for e in ours if isinstance(e.step, int)], default=None)
             record_untraced(job, gen.step_id, end.untraced, alloc.in_use, last_step)
             if end.code == ExitCode.FAILED and not end.untraced and not any(e.kind in FAILURES for e in ours):

@@ -19,7 +19,7 @@ from resilient_slurm.session import rejoin
 from resilient_slurm.slurm import placement, scontrol
 from resilient_slurm.slurm.env import master_port
 from resilient_slurm.slurm.placement import Allocation
-from resilient_slurm.slurm.step_end import Untraced, judge
+from resilient_slurm.slurm.step_end import Untraced, judge, task_rank
 from resilient_slurm.supervise.conclusion import PendingRestart
 from resilient_slurm.supervise.job import DriverJob, say
 from resilient_slurm.supervise.standby import Standbys
@@ -41,7 +41,7 @@ def restart_in_processes(job: DriverJob, gen: Generation, alloc: Allocation, sta
     key = (job.job_id, job.restart, gen.step_id)
     ours = [e for e in read_events(RunDir(job.path).events) if recovery.attempt_key(e) == key]
     origin = gen.origin_reports
-    end = judge(ours, origin)
+    end = judge(ours, origin, alloc.in_use, c.tasks_per_node)
     last_step = max([e.step for e in ours if isinstance(e.step, int)], default=None)
     record_untraced(job, gen.step_id, end.untraced, alloc.in_use, last_step)
     # Recorded now, these tasks have a trace: the step's end, if it comes to that, must still
@@ -72,7 +72,8 @@ def restart_in_processes(job: DriverJob, gen: Generation, alloc: Allocation, sta
             gen.adopt(s)
             rejoin.wake(job.path, job.job_id, job.restart, s.step_id, gen.number + 1)
         else:
-            s = gen.start(job.argv((node,), 1, replace(job.launch, join=gen.number + 1)), (node,))
+            s = gen.start(job.argv((node,), 1, replace(job.launch, join=gen.number + 1), overlap=node in alloc.in_use),
+                          (node,))
         if not s.named.wait(SETTLE_S * 30) or s.step_id is None:
             return f"srun did not start the replacement of rank {rank} on {node}"
         replaced[s.step_id] = rank
@@ -107,10 +108,5 @@ def record_untraced(job: DriverJob, step_id: int | None, untraced: tuple[Untrace
 
 
 def rank_of(task: Untraced, nodes: tuple[str, ...], tasks_per_node: int) -> int:
-    """The global rank of a task srun reported: its position on its node in the start's node list
-    (a replacement step's tasks count from 0 on their node, as the first step's do); -1 for none."""
-    if task.rank is None:
-        return -1
-    if task.node in nodes:
-        return nodes.index(task.node) * tasks_per_node + task.rank % tasks_per_node
-    return int(task.rank)
+    """The global rank of a task srun reported (`task_rank`); -1 for none (its node failed)."""
+    return -1 if task.rank is None else task_rank(task.node, task.rank, nodes, tasks_per_node)

@@ -102,6 +102,32 @@ def test_after_a_cuda_class_error_every_process_restarts(idle_cluster, tmp_path)
     assert_bit_identical(final_tensors(ref, STEPS), final_tensors(rdir, STEPS))
 
 
+def test_a_crashed_rank_starts_anew_in_its_place_beside_the_survivor(idle_cluster, tmp_path):
+    """Fault injected: an exception on rank 1 at step 35, on every attempt (a code bug). Its node is
+    sound, so its replacement starts in its place, beside rank 0's step, which holds every CPU of
+    its node (cluster.cpus_per_task=2 of 2): it must share them (srun --overlap), or it waits
+    for them and every process restarts instead. The crash comes again: a code bug, given up."""
+    job = submit(tmp_path, "inplace", *DRIVEN, "cluster.cpus_per_task=2", "cluster.spare_nodes=1",
+                 "fault.raise_at_step=35", "fault.ranks=[1]")
+    rdir = run_dir(tmp_path, "inplace")
+    assert wait_for_end(job, rdir, 240) == "FAILED", describe(job, rdir)
+
+    ev = events(rdir)
+    nodes = of(ev, Kind.ATTEMPT)[0].details.nodes
+    restarts = [e.details for e in of(ev, Kind.RESTART_IN_ALLOCATION)]
+    assert restarts and all((r.path, r.move, r.replaced, r.added, r.nodes) == ("inprocess", "in place", [], [], nodes)
+                            and r.latency_s < 30 for r in restarts), restarts  # 30 s: the driver's wait for srun
+    starts = of(ev, Kind.START)
+    assert len(starts) == len(restarts) + 1 and len({s.details.pids[0] for s in starts}) == 1  # rank 0 stayed
+    assert len({s.details.pids[1] for s in starts}) == len(starts)  # rank 1 anew each time, on its node
+    # Each crash recorded once, by the rank itself (srun's report of its exit is the same failure).
+    crashes = of(ev, Kind.CRASH)
+    assert len(crashes) == len(starts) and all(c.rank == 1 and c.node == nodes[1] and c.details.error.startswith(
+        "InjectedFault: injected failure at step 35") for c in crashes), crashes
+    (gave_up,) = of(ev, Kind.GAVE_UP)
+    assert "code bug: the same failure after step 34 on every attempt" in gave_up.details.reason, gave_up
+
+
 def test_an_xid_drains_the_node_and_the_run_continues_on_the_spare(idle_cluster, tmp_path):
     ref = reference(2)
     kmsg = tmp_path / "kmsg"

@@ -11,7 +11,7 @@ from resilient_slurm.ledger import parse
 from resilient_slurm.slurm.placement import initial
 from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.slurm.srun import TaskReport, parse_report, parse_step_id, step_argv
-from resilient_slurm.slurm.step_end import judge
+from resilient_slurm.slurm.step_end import judge, task_rank
 
 
 def test_a_step_runs_on_exactly_its_nodes_and_ends_at_the_first_bad_exit():
@@ -31,6 +31,8 @@ def test_a_step_runs_on_exactly_its_nodes_and_ends_at_the_first_bad_exit():
     assert argv[0] == "srun" and "-v" in argv  # -v: srun names the step it creates
     assert argv[-4:] == ["--mpi=none", "python", "-m", "x"]
     assert not any(a.startswith("--cpus-per-task") for a in step_argv(("n1",), 1, ["x"]))
+    # a rank started anew beside its node's survivors shares what their step holds
+    assert "--overlap" in step_argv(("n1",), 1, ["x"], overlap=True) and "--overlap" not in argv
 
 
 @pytest.mark.parametrize(
@@ -75,6 +77,22 @@ def test_a_crash_that_exits_with_a_status_names_the_first_origin_failure():
               ev("crash", 1, 12, node="n2", error="InjectedFault: injected failure at step 12", traceback="")]
     end = judge(events, [TaskReport("n2", (1,), "Exited with exit code 1")])
     assert end.code is ExitCode.FAILED and not end.lost and end.error.startswith("InjectedFault")
+
+
+def test_a_replacement_steps_task_is_the_rank_it_replaced():
+    """A replacement step's one task is task 0 to srun: on n2 of (n1, n2) at 2 tasks a node, that
+    is rank 2 (task 1 there: rank 3). Its own crash trace makes it traced, not a second failure."""
+    own = ev("crash", 3, 34, node="n2", error="InjectedFault: injected failure at step 35", traceback="")
+    report = [TaskReport("n2", (1,), "Exited with exit code 1")]
+    end = judge([own], report, ("n1", "n2"), 2)
+    assert end.code is ExitCode.FAILED and not end.untraced and end.error.startswith("InjectedFault")
+    replaced = judge([ev("crash", 2, 34, node="n2", error="ValueError: x", traceback="")],
+                     [TaskReport("n2", (0,), "Exited with exit code 1")], ("n1", "n2"), 2)
+    assert not replaced.untraced
+    # without its trace it is untraced, named by srun's task id (the driver records it as rank 2)
+    assert [(u.node, u.rank) for u in judge([], [TaskReport("n2", (0,), "Killed")], ("n1", "n2"), 2).lost] == \
+        [("n2", 0)]
+    assert task_rank("n2", 0, ("n1", "n2"), 2) == 2 and task_rank("n3", 1, ("n1", "n2"), 2) == 1
 
 
 @pytest.mark.parametrize(
