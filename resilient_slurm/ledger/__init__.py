@@ -77,7 +77,7 @@ from resilient_slurm.ledger.fault_events import (
     RankExit,
     RanksKilled,
 )
-from resilient_slurm.ledger.replica_events import ReplicaHeal, ReplicaJoin, ReplicaLeave, ReplicaRefused
+from resilient_slurm.ledger.replica_events import ReplicaHeal, ReplicaJoin, ReplicaLeave, ReplicaRefused, SpareTopup
 from resilient_slurm.ledger.sweep_events import (
     ConfigChanged,
     Paused,
@@ -113,7 +113,7 @@ __all__ = [
     "ConfigAdjusted", "ConfigChanged", "Crash", "DataPhase", "DataReady", "Details", "SourceEpoch", "SourceExhausted", "EmergencyPlan", "EvalDone", "EvalFailed", "EvalLaunched", "Event", "EventLog",
     "Exploit", "Explore", "Exported", "FAILURES", "Finish", "ForcedExit", "GaveUp", "Hang", "HostOom", "PeerLost", "Kind", "MemorySave", "LEDGER_FILE",
     "NodeUnhealthy", "OomRetry", "OutOfMemory", "Paused", "PbtGeneration", "RankExit", "RanksKilled", "ReplayChecked", "ReplayMismatch", "Requeue",
-    "ReplicaHeal", "ReplicaJoin", "ReplicaLeave", "ReplicaRefused",
+    "ReplicaHeal", "ReplicaJoin", "ReplicaLeave", "ReplicaRefused", "SpareTopup",
     "RestartInAllocation", "Resume", "Retention", "RetentionFailed", "RngReseeded", "Rollback", "Save", "SaveFailed",
     "SaveSkipped", "Sdc", "Signal", "StacksDumped", "Start", "Stop", "Straggler", "Submitted", "SweepStarted", "TrialFailed",
     "TrialFinished", "TrialLaunched", "TrialPaused", "TrialPromoted", "TrialPruned", "Unknown", "parse",

@@ -52,6 +52,7 @@ class Kind(str, Enum):
     REPLICA_HEAL = "replica_heal"
     REPLICA_JOIN = "replica_join"
     REPLICA_REFUSED = "replica_refused"
+    SPARE_TOPUP = "spare_topup"
     STACKS_DUMPED = "stacks_dumped"
     FINISH = "finish"
     EXPORTED = "exported"

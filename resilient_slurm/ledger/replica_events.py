@@ -60,3 +60,16 @@ class ReplicaRefused(Details):
     groups: list[int]
     """The groups that failed."""
     reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpareTopup(Details):
+    """The driver asked Slurm for spare nodes in a job of their own (cluster.spare_topup), that job
+    started and its nodes became spares, or the driver gave them back (`state`)."""
+
+    KIND = Kind.SPARE_TOPUP
+    state: str
+    """asked, granted, refused (sbatch said no: `reason`), lost (the job ended by itself) or given back."""
+    topup_job: str
+    nodes: list[str]
+    reason: str = ""

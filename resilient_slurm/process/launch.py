@@ -26,6 +26,9 @@ _OURS = {
     "replica_group": "RESILIENT_SLURM_REPLICA_GROUP",
     "replica_heal": "RESILIENT_SLURM_REPLICA_HEAL",
     "lighthouse": "RESILIENT_SLURM_LIGHTHOUSE",
+    "join_rank": "RESILIENT_SLURM_JOIN_RANK",
+    "host_job": "RESILIENT_SLURM_HOST_JOB",
+    "host_restart": "RESILIENT_SLURM_HOST_RESTART",
 }
 _TORCHRUN = {
     "rank": "RANK",
@@ -69,6 +72,14 @@ class RankLaunch:
     network at its first quorum, and never reads a checkpoint."""
     lighthouse: str = ""
     """`host:port` of the replica groups' quorum server (the local launcher's or the driver's)."""
+    join_rank: int | None = None
+    """A replacement's rank in the world it joins, when the driver knows it at the start (a step of
+    another job cannot be looked up by its step id in the driver's word)."""
+    host_job: str = ""
+    """The run's own Slurm job, for a task that runs in a job lending the run its nodes (a spare
+    top-up, cluster.spare_topup): it records and reads as a task of that job; empty: its own job."""
+    host_restart: int = 0
+    """That job's restart count (SLURM_RESTART_COUNT there)."""
 
     def to_env(self) -> dict[str, str]:
         """Every field as an environment variable (for a child process: `env={**os.environ, **this}`)."""
@@ -87,6 +98,7 @@ class RankLaunch:
         values = {"driven": "1" if self.driven else "0", "rejoin": "1" if self.rejoin else "0",
                   "standby": "1" if self.standby else "0", "join": "" if self.join is None else str(self.join),
                   "replica_heal": "1" if self.replica_heal else "0",
+                  "join_rank": "" if self.join_rank is None else str(self.join_rank),
                   "replica_group": "" if self.replica_group is None else str(self.replica_group)}
         return [(name, values.get(k, str(getattr(self, k)))) for k, name in _OURS.items()]
 

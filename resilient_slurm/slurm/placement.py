@@ -177,6 +177,20 @@ def keep_positions(before: Sequence[str], after: Allocation, gone: Iterable[str]
     return replace(after, in_use=tuple(next(spare) if n in gone_set else n for n in before))
 
 
+def lent(alloc: Allocation, nodes: Iterable[str]) -> Allocation:
+    """The allocation with `nodes` that another job holds for it (a spare top-up) as its last spares."""
+    held = set(alloc.in_use) | set(alloc.spares)
+    return replace(alloc, spares=alloc.spares + tuple(n for n in dict.fromkeys(nodes) if n not in held))
+
+
+def without(alloc: Allocation, nodes: Iterable[str]) -> Allocation:
+    """The allocation once `nodes` left it, in use or spare (lent nodes given back): fewer in use
+    than the target means the next start must find them elsewhere."""
+    gone = set(nodes)
+    return replace(alloc, in_use=tuple(n for n in alloc.in_use if n not in gone),
+                   spares=tuple(n for n in alloc.spares if n not in gone))
+
+
 def replace_group(alloc: Allocation, group: Sequence[str], lost: Iterable[str]) -> tuple[Allocation, tuple[str, ...]] | None:
     """One replica group's nodes with each lost one swapped for the next spare where it stood (the
     others keep their place); the allocation after it (the lost nodes failed, the spares taken).

@@ -38,7 +38,8 @@ class TaskReport:
 
 def step_argv(nodes: Sequence[str], tasks_per_node: int, command: Sequence[str], *,
               cpus_per_task: int | None = None, gpus_per_node: int = 0, extra: Sequence[str] = (),
-              survivors_stay: bool = False, env: Sequence[str] = (), overlap: bool = False) -> list[str]:
+              survivors_stay: bool = False, env: Sequence[str] = (), overlap: bool = False,
+              job_id: str | None = None) -> list[str]:
     """srun for a step of exactly these nodes. `--kill-on-bad-exit` ends the step when one task
     ends badly, so no rank is left behind waiting in a collective; `survivors_stay` leaves the
     other tasks running instead (the driver restarts them in their processes, or ends the step
@@ -46,7 +47,8 @@ def step_argv(nodes: Sequence[str], tasks_per_node: int, command: Sequence[str],
     tells them: `RankLaunch.exports()`). `overlap`: the step shares the CPUs and GPUs other steps
     hold (`--overlap`): a rank started anew in its dead predecessor's place, on a node whose
     survivors' step still holds them all; without it srun waits for them ("Requested nodes are
-    busy"). Options the step does not inherit from the job (Slurm 22.05 no longer passes
+    busy"). `job_id`: a step of that job instead of the caller's own (the nodes a spare top-up job
+    holds for the run, cluster.spare_topup). Options the step does not inherit from the job (Slurm 22.05 no longer passes
     --cpus-per-task on) are given again."""
     argv = ["srun", "-v", "--unbuffered", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
             f"--ntasks={len(nodes) * tasks_per_node}", f"--ntasks-per-node={tasks_per_node}",
@@ -57,6 +59,8 @@ def step_argv(nodes: Sequence[str], tasks_per_node: int, command: Sequence[str],
         argv.append(f"--gpus-per-node={gpus_per_node}")
     if overlap:
         argv.append("--overlap")
+    if job_id is not None:
+        argv.append(f"--jobid={job_id}")
     return argv + list(extra) + list(command)
 
 

@@ -37,15 +37,16 @@ class DriverJob:
         return {"job_id": self.job_id, "restart": self.restart, "job_step": step_id or 0, "node": node or self.node}
 
     def argv(self, nodes: tuple[str, ...], tasks_per_node: int, launch: RankLaunch | None = None,
-             overlap: bool = False) -> list[str]:
+             overlap: bool = False, job_id: str | None = None) -> list[str]:
         """srun for a start on `nodes` (or one task of a replacement or a standby, told `launch`;
-        `overlap`: beside the survivors' step, on their node)."""
+        `overlap`: beside the survivors' step, on their node; `job_id`: in the job that lends the
+        run these nodes, a spare top-up)."""
         c = self.cfg.cluster
         return srun.step_argv(nodes, tasks_per_node,
                               [sys.executable, "-u", "-m", "resilient_slurm.supervise.task", str(self.path)],
                               cpus_per_task=c.cpus_per_task, gpus_per_node=c.gpus_per_node, extra=c.srun_extra,
                               survivors_stay=self.launch.rejoin, env=(launch or self.launch).exports(),
-                              overlap=overlap)
+                              overlap=overlap, job_id=job_id)
 
 
 def say(message: str) -> None:

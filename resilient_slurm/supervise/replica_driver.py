@@ -10,7 +10,10 @@ the start (cluster.standby) is woken into the group, else a new one-task step st
 replacement's ranks reads where its group now meets from the driver's word (`rejoin.Instruction`
 with the group), takes the state from a live group over the network at its first quorum, and
 joins; the other groups never stopped. No spare for a lost node: the group stays out, and the
-others go on without it. A straggler (`monitor.straggler`) is recorded, and with a spare its group
+others go on without it. With cluster.spare_topup, whenever no usable spare is left the driver asks
+Slurm for more in a job of their own (`slurm/topup.py`); once it runs, its nodes are spares that a
+group's ranks start on as steps of that job, and a group that stayed out starts there at once. A
+straggler (`monitor.straggler`) is recorded, and with a spare its group
 is replaced the same way at once, its node left out; the others train on. So is the group of a node
 a silent data corruption named (monitor.sdc.leave_node), once the sentinel healed it in place.
 
@@ -18,7 +21,8 @@ Refused (`replica.plan.refusal`: every group lost at once, no live group, fewer 
 cluster.replica_min, or a replacement that failed before it joined; one line in the ledger,
 `replica_refused`): every step is killed, and the start ends as a failed step does.
 
-Either way, once every group's step has ended, the driver concludes as it does without groups
+Either way, once every group's step has ended, the top-up jobs are given back (their nodes leave the
+allocation: a start of every group is one step of the driver's own job per group), and the driver concludes as it does without groups
 (`conclusion.conclude` on the start's facts, then `Driver.act`): finished; a failure restarts every
 group from the newest checkpoint inside the allocation (the restart budget and the crash-loop guard
 of `recovery.decide`; spares for the lost nodes), or through the queue without enough nodes; a
@@ -34,7 +38,7 @@ from pathlib import Path
 
 from resilient_slurm.exit_codes import ExitCode
 from resilient_slurm.files import stamp_seconds
-from resilient_slurm.ledger import Crash, ReplicaJoin, ReplicaRefused, Sdc, read_events, read_new_events, select
+from resilient_slurm.ledger import Crash, ReplicaJoin, ReplicaRefused, Sdc, SpareTopup, read_events, read_new_events, select
 from resilient_slurm.monitor.heartbeats import culprits
 from resilient_slurm.process.launch import RankLaunch
 from resilient_slurm.process.signals import StopRequest
@@ -42,7 +46,7 @@ from resilient_slurm.replica import plan
 from resilient_slurm.replica.lighthouse import Lighthouse
 from resilient_slurm.rundir import RunDir
 from resilient_slurm.session import rejoin
-from resilient_slurm.slurm import placement, scontrol
+from resilient_slurm.slurm import placement, scontrol, topup
 from resilient_slurm.slurm.env import master_port
 from resilient_slurm.slurm.placement import Allocation
 from resilient_slurm.slurm.step_end import StepEnd, judge
@@ -62,6 +66,8 @@ AT_ONCE_S = 1.0
 """Groups that fail within this of each other failed at once (one cause)."""
 NAMED_S = 30.0
 """How long srun may take to name a step it started."""
+TOPUP_POLL_S = 1.0
+"""How often the driver asks Slurm whether a spare top-up job runs yet."""
 
 
 @dataclass
@@ -104,6 +110,14 @@ class ReplicaDriver:
         self.alloc: Allocation | None = None
         self.replaced = 0
         """Replacements started: each has its own instruction file (its `generation` in the name)."""
+        self.topups: list[topup.TopUp] = []
+        """Spare top-up jobs of this start (cluster.spare_topup): waiting in the queue, or holding nodes."""
+        self.lenders: dict[str, str] = {}
+        """Node -> the top-up job that holds it for the run."""
+        self.topup_refused = False
+        self.topup_looked = 0.0
+        self.first_step = 0
+        """The step of group 0's start: the attempt key the driver records under."""
 
     def run(self, alloc: Allocation) -> str:
         """Starts of every group until the driver's conclusion is not a restart inside the allocation."""
@@ -120,11 +134,15 @@ class ReplicaDriver:
                 ending = self._start(alloc)
                 self.standbys.dismiss(self.job.job_id)
                 assert self.alloc is not None
-                done = self.act(c.conclude(self._ended(ending, began, self.alloc)), ending.step_id)
+                # The next start is one step of this job per group: lent nodes cannot take part.
+                own = placement.without(self.alloc, self.lenders)
+                self._give_back(ending.step_id)
+                done = self.act(c.conclude(self._ended(ending, began, own)), ending.step_id)
                 if isinstance(done, str):
                     return done
                 alloc = done[0]
         finally:
+            self._give_back(None)
             lighthouse.close()
 
     # --- one start of every group
@@ -135,6 +153,8 @@ class ReplicaDriver:
                   for g in range(self.groups_n)]
         for g in groups:
             g.gen.start(self._argv(g.nodes, self.per_node, self._told(g.index, heal=False)), g.nodes)
+        groups[0].gen.sruns[0].named.wait(NAMED_S)
+        self.first_step = groups[0].gen.sruns[0].step_id or 0
         if self.monitor is not None:
             self.monitor.restart(0, len(alloc.in_use) * self.per_node)
         if self.cfg.cluster.standby and alloc.spares:
@@ -146,6 +166,7 @@ class ReplicaDriver:
         ledger_at = _size(RunDir(self.job.path).events)
         while any(g.gen.running() for g in groups):
             time.sleep(POLL_S)
+            self._top_up(groups)
             ledger_at, corrupt = self._news(groups, ledger_at)
             failed = {g.index for g in groups if not g.out and g.failed} | self._hung(groups)
             if not failed:
@@ -253,6 +274,55 @@ class ReplicaDriver:
                 swaps.append((g.index, node))
         return swaps
 
+    def _top_up(self, groups: list[Group]) -> None:
+        """cluster.spare_topup: ask Slurm for spares in a job of their own when no usable spare is
+        left and none is on its way; once one runs, its nodes are spares, and each group out for want
+        of a spare starts there. Slurm is asked at most every TOPUP_POLL_S."""
+        k, job = self.cfg.cluster, self.job
+        if not k.spare_topup or time.monotonic() - self.topup_looked < TOPUP_POLL_S:
+            return
+        self.topup_looked = time.monotonic()
+        assert self.alloc is not None
+        log = job.log(self.first_step)
+        for i, top in enumerate(self.topups):
+            if top.nodes or top.gone:
+                continue
+            now = topup.look(top)
+            self.topups[i] = now
+            if now.gone:
+                log.emit(SpareTopup(state="lost", topup_job=top.job_id, nodes=[], reason="it ended before it ran"), None)
+            elif now.nodes:
+                self.alloc = placement.lent(self.alloc, now.nodes)
+                self.lenders.update(dict.fromkeys(now.nodes, now.job_id))
+                log.emit(SpareTopup(state="granted", topup_job=now.job_id, nodes=list(now.nodes)), None)
+                say(f"spare top-up job {now.job_id} runs: spares {', '.join(now.nodes)}")
+                for g in groups:
+                    if g.out:
+                        self._replace(g)
+        usable = [n for n in self.alloc.spares if n not in self.alloc.failed]
+        waiting = any(not t.nodes and not t.gone for t in self.topups)
+        if usable or waiting or self.topup_refused:
+            return
+        exclude = tuple(dict.fromkeys([*self.alloc.in_use, *self.alloc.failed, *self.lenders]))
+        asked, why = topup.ask(k, job.job_id, exclude, RunDir(job.path).slurm / "topup-%j.out")
+        if asked is None:
+            self.topup_refused = True  # one line, not one a second: the run goes on without spares
+            log.emit(SpareTopup(state="refused", topup_job="", nodes=[], reason=why), None)
+            say(f"no spare top-up: {why}")
+            return
+        self.topups.append(asked)
+        log.emit(SpareTopup(state="asked", topup_job=asked.job_id, nodes=[]), None)
+        say(f"no spare left: asked Slurm for {k.spare_topup} in job {asked.job_id}")
+
+    def _give_back(self, step: int | None) -> None:
+        """Every top-up job cancelled: the next start is one step of this job per group."""
+        for top in self.topups:
+            if not top.gone:
+                topup.give_back(top)
+                self.job.log(step).emit(SpareTopup(state="given back", topup_job=top.job_id, nodes=list(top.nodes)),
+                                        None)
+        self.topups, self.lenders, self.topup_refused = [], {}, False
+
     def _kill(self, g: Group) -> None:
         for s in g.gen.sruns:
             s.kill(self.job.job_id)
@@ -276,28 +346,41 @@ class ReplicaDriver:
         generation = self.replaced
         gen = Generation([])
         ranks: dict[int, int] = {}
+        lent: list[tuple[str, int]] = []
         for local in range(len(nodes) * self.per_node):
             node = nodes[local // self.per_node]
+            lender = self.lenders.get(node)
             s = self.standbys.take(node)
             if s is not None:
                 gen.adopt(s)
                 rejoin.wake(job.path, job.job_id, job.restart, s.step_id or 0, generation)
+            elif lender is not None:  # a step of the top-up job, told its rank and the run's job
+                told = replace(self._told(g.index, heal=True, join=generation), join_rank=local, host_job=job.job_id,
+                               host_restart=job.restart)
+                s = gen.start(self.job.argv((node,), 1, told, job_id=lender), (node,), lender=lender)
             else:
                 s = gen.start(self._argv((node,), 1, self._told(g.index, heal=True, join=generation)), (node,))
             if not s.named.wait(NAMED_S) or s.step_id is None:
                 say(f"srun did not start rank {local} of replica group {g.index} on {node}")
                 g.out = True
                 return
-            ranks[s.step_id] = local
-        first = min(ranks)
+            if lender is None:
+                ranks[s.step_id] = local
+            else:
+                lent.append((lender, s.step_id))
+        # A replacement all on lent nodes has no step of this job to name its attempt by: it writes
+        # under the first group's start, the attempt that goes on, and meets at a port its own step
+        # in the lending job gives (one this job's steps do not use).
+        first = min(ranks) if ranks else self.first_step
+        port = master_port(job.job_id, first) if ranks else master_port(*lent[0])
         rejoin.write_instruction(job.path, job.job_id, job.restart, rejoin.Instruction(
-            generation, first, scontrol.node_address(nodes[0]), master_port(job.job_id, first), len(ranks),
+            generation, first, scontrol.node_address(nodes[0]), port, len(nodes) * self.per_node,
             ranks, self.per_node, time.time(), replica_group=g.index))
         if self.monitor is not None:
             size = len(nodes) * self.per_node
             self.monitor.restart_ranks(range(g.index * size, (g.index + 1) * size))
         moved = [f"{a} -> {b}" for a, b in zip(g.nodes, nodes) if a != b]
-        g.nodes, g.gen, g.joining = nodes, gen, True
+        g.nodes, g.gen, g.joining, g.out = nodes, gen, True, False
         say(f"replica group {g.index} starts anew on {'+'.join(nodes)} ({', '.join(moved) or 'in place'}); "
             f"the others go on")
 

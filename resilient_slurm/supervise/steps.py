@@ -33,6 +33,8 @@ class Srun:
     """Set once srun said which step it created (its `-v` line)."""
     owner: Generation | None = None
     """The generation its reports belong to (a standby's changes when it is woken)."""
+    lender: str | None = None
+    """The job its step runs in when that is not the driver's own: a spare top-up's."""
 
     def kill(self, job_id: str) -> tuple[bool, str]:
         """SIGKILL to every task of its step. An srun that named no step launched no task (it is
@@ -44,7 +46,7 @@ class Srun:
         if self.step_id is None:
             self.proc.kill()
             return True, ""
-        return scontrol.kill_step(job_id, self.step_id)
+        return scontrol.kill_step(self.lender or job_id, self.step_id)
 
 
 @dataclass
@@ -78,11 +80,13 @@ class Generation:
     def running(self) -> bool:
         return any(s.proc.poll() is None for s in self.sruns)
 
-    def start(self, argv: list[str], nodes: tuple[str, ...], env: dict[str, str] | None = None) -> Srun:
-        """One more srun of this generation; its stderr is read (and passed on) by a thread."""
+    def start(self, argv: list[str], nodes: tuple[str, ...], env: dict[str, str] | None = None,
+              lender: str | None = None) -> Srun:
+        """One more srun of this generation (a step of the `lender` job's, when it is not the
+        driver's own); its stderr is read (and passed on) by a thread."""
         # stdout is the job's log, inherited; stderr is read for srun's reports.
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-        s = Srun(proc, time.time(), nodes, owner=self)
+        s = Srun(proc, time.time(), nodes, owner=self, lender=lender)
         self.sruns.append(s)
         threading.Thread(target=_read, args=(s,), name="srun-stderr", daemon=True).start()
         return s

@@ -85,6 +85,8 @@ class SlurmTask:
         env = SlurmEnv.from_env()
         if env is None:
             raise RuntimeError("not inside a Slurm task (no SLURM_JOB_ID/SLURM_PROCID); use cluster=local")
+        if launch.host_job:  # in a job that lends the run its nodes: a task of the run's own job
+            env = replace(env, job_id=launch.host_job, restart_count=launch.host_restart)
         cfg = load_config(run_dir)
         joining = _joining(run_dir, env, stop, launch)
         if joining is not None and joining.replica_group is not None:
@@ -92,7 +94,11 @@ class SlurmTask:
             # generation all groups share (the driver restarts ranks in the monitor, not generations).
             launch = replace(launch, replica_group=joining.replica_group, replica_heal=True)
             mark_generation(os.environ, 0)
-        rank = env.procid if joining is None else joining.replaced[env.step_id] + env.procid
+        if joining is None:
+            rank = env.procid
+        else:
+            first = launch.join_rank if launch.join_rank is not None else joining.replaced[env.step_id]
+            rank = first + env.procid
         # Every rank of a generation writes under its attempt key, whichever step it runs in.
         context = env.context() if joining is None else {**env.context(), "job_step": joining.job_step}
         events = EventLog(RunDir(run_dir).events, rank=rank, context=context)

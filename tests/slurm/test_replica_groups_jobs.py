@@ -11,7 +11,9 @@ the other trains on; the run speeds up again. A group whose rank was SIGSTOPped 
 heartbeats within 10 s, its culprit and node named, and starts anew in place (a hang alone does not
 condemn a node) while the other trains on; one whose node a flipped bit was pinned on is healed in
 place from the other group first, its node drained, and then moves to the spare the same way. Only the flip is faked
-(`fault.sdc_step`: a real one needs faulty memory)."""
+(`fault.sdc_step`: a real one needs faulty memory). Without a spare of its own (cluster.spare_topup), a
+lost group waits out while the other trains on, and joins on a node Slurm gives a job the driver asked
+for."""
 
 from __future__ import annotations
 
@@ -189,3 +191,61 @@ def test_a_flipped_bit_is_healed_from_the_other_group_which_trains_on_while_the_
     (heal,) = [e for e in ev if e.kind is Kind.REPLICA_HEAL]  # the moved group's, from group 0
     assert (heal.details.group, heal.details.source) == (1, 0) and heal.step >= sdc.step  # the state after the check
     assert_group_1_rejoined(job, rdir, survivor, bad)
+
+
+def test_a_group_lost_with_no_spare_trains_on_without_it_then_joins_on_a_topped_up_spare(idle_cluster, tmp_path):
+    """cluster.spare_topup=1 and no spare of the job's own: the driver asks Slurm for one in a job of
+    its own at once. A test job holds the third node, so that job waits; group 1's rank is killed,
+    group 0 trains on alone; the test's job is cancelled, the top-up job runs on the third node, and
+    group 1 starts there, as a step of that job, heals from group 0 and joins. The top-up job is
+    cancelled when the run ends. Nothing is faked."""
+    twin = losses(reference(2, *TWIN))
+    third = NODES[-1]
+    blocker = idle_cluster.run("sbatch", "--parsable", "-w", third, "-c", "2", "--time=10", "--output=/dev/null",
+                               "--wrap", "sleep 600").strip()
+    idle_cluster.submitted.append(blocker)
+    wait_until("the test's job to hold the third node", lambda: job_state(blocker)["JobState"] == "RUNNING", 60)
+    # Paced so that group 0's steps alone outlast the leave, the top-up's start and group 1's heal.
+    own = [a for a in DRIVEN if not a.startswith(("cluster.spare_nodes", "fault.step_sleep_s"))]
+    job = submit(tmp_path, "topup", *own, *GROUPS, "cluster.spare_nodes=0", "cluster.spare_topup=1",
+                 "fault.step_sleep_s=0.5")
+    rdir = run_dir(tmp_path, "topup")
+    wait_for_step(rdir, 20, 180, job)
+    (asked,) = wait_until("the top-up asked for", lambda: [e for e in events(rdir) if e.kind is Kind.SPARE_TOPUP], 30)
+    idle_cluster.submitted.append(asked.details.topup_job)
+    assert asked.details.state == "asked" and job_state(asked.details.topup_job)["JobState"] == "PENDING"
+    survivor, _ = wait_until("group 0's task", lambda: group_task(job, 0), 30)
+    victim, dead = wait_until("group 1's task", lambda: group_task(job, 1), 30)
+    os.kill(victim, signal.SIGKILL)
+    wait_until("group 0 to go on alone", lambda: [e for e in events(rdir) if e.kind is Kind.REPLICA_LEAVE], 60)
+    idle_cluster.run("scancel", blocker)
+    wait_until("the replacement to join", lambda: [e for e in events(rdir) if e.kind is Kind.REPLICA_JOIN], 180)
+    assert os.path.exists(f"/proc/{survivor}"), "group 0's process never stopped"
+    assert wait_for_end(job, rdir, 300) == "COMPLETED", describe(job, rdir)
+
+    ev = events(rdir)
+    kinds = [e.kind for e in ev]
+    assert job_state(job)["Restarts"] == "0" and Kind.REQUEUE not in kinds and Kind.RESUME not in kinds
+    assert Kind.REPLICA_REFUSED not in kinds
+    (start,) = [e for e in ev if e.kind is Kind.START]
+    assert start.details.pids == [survivor]
+    tops = [(e.details.state, e.details.topup_job, e.details.nodes) for e in ev if e.kind is Kind.SPARE_TOPUP]
+    lender = asked.details.topup_job
+    # Once group 1 took the lent node no spare was left, so the driver asked again: this cluster has
+    # no fourth node, and sbatch said so (once: the run went on without spares).
+    assert tops == [("asked", lender, []), ("granted", lender, [third]), ("refused", "", []),
+                    ("given back", lender, [third])], tops
+    (refused,) = [e for e in ev if e.kind is Kind.SPARE_TOPUP and e.details.state == "refused"]
+    assert "Requested node configuration is not available" in refused.details.reason, refused
+    (join,) = [e for e in ev if e.kind is Kind.REPLICA_JOIN]
+    (heal,) = [e for e in ev if e.kind is Kind.REPLICA_HEAL]
+    assert (heal.details.group, heal.details.source, heal.node) == (1, 0, third)
+    assert (join.details.group, join.details.live, join.node) == (1, [0, 1], third) and join.job_id == job
+    wait_until("the top-up job to end", lambda: job_state(lender)["JobState"] not in ("RUNNING", "PENDING"), 60)
+    short = [r["step"] for r in map(json.loads, (rdir / "metrics.jsonl").read_text().splitlines())
+             if r["replica_missing"]]
+    assert short and max(short) <= join.step, short  # group 0 trained alone until the join
+    got = losses(rdir)
+    assert list(got) == list(range(1, STEPS + 1)) and not losses(rdir, "metrics-lost.jsonl")
+    for step, loss in got.items():
+        assert abs(loss - twin[step]) <= 1e-4 * abs(twin[step]), (step, loss, twin[step])

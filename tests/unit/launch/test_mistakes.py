@@ -131,6 +131,10 @@ MISTAKES = [
     ([T, "cluster.replica_ft=true", "cluster.ranks=2", "parallel.dp_replicate=2", "cluster.replica_min=3"],
      CE + "cluster.replica_min: 3 is above parallel.dp_replicate=2, so no quorum could ever form; set it between 1 "
           "and 2"),
+    ([T, "cluster.spare_topup=2"],
+     CE + "cluster.spare_topup: only a replica group can start on the nodes of another Slurm job; set cluster=slurm "
+          "cluster.replica_ft=true, or cluster.spare_topup=0"),
+    ([T, "cluster.spare_topup=-1"], CE + "cluster.spare_topup: -1; set it >= 0 (0 turns it off)"),
     ([T, "cluster.replica_ft=true", "cluster.ranks=4", "parallel.dp_replicate=2", "parallel.pp=2", "eval.task_samples=0",
       "data.micro_batch_size=1"],
      CE + "cluster.replica_ft: not with pipeline parallelism yet (parallel.pp=2); set parallel.pp=1 or "
