@@ -49,6 +49,7 @@ OPTIONS: dict[str, str] = {
     "reset_s": "a GPU reset takes a node away this long",
     "manual_h": "hours until a person fixes what made the job give up",
     "spares": "spare nodes (strategies spares and elastic)",
+    "topup_nodes": "topup: nodes per spare top-up job (cluster.spare_topup)",
     "min_nodes": "elastic floor in nodes (default: 98%% of the nodes)",
     "interval_min": "the fixed strategy's save interval",
     "step_s": "one training step",

@@ -95,6 +95,10 @@ class Run(Partial):
         self.dead: set[str] = set()
         """Nodes gone for good: drained by their verdict, or down."""
         self.serial = 0
+        self.spare_node_s = 0.0
+        """Node-seconds of idle spares held (what the spares cost: a node that failed leaves the
+        job, as Slurm removes it from a --no-kill job's allocation and its billing)."""
+        self.spares_since = 0.0
         self.bug: tuple[float, Fault] | None = None
         """A code bug: the work at which it strikes on every attempt, and its fault."""
         self.interval: Interval | None = None
@@ -135,6 +139,7 @@ class Run(Partial):
             handler()
         if self.trace is not None:
             self.trace.samples.append((self.t, self.work, len(self.alloc.in_use)))
+        self._count_spares()
         return self
 
     def _next(self) -> tuple[float, Callable[[], None]]:
@@ -295,8 +300,9 @@ class Run(Partial):
                                                       exclude=list(decision.exclude_nodes)), step)
             return self._requeue(segments, decision.exclude_nodes, failed | out,
                                  kind="requeue, excluding" if decision.exclude_nodes else "requeue")
+        lent = self._give_back()  # every group restarts, each as a step of the job's own
         if self.memory is not None:
-            self.memory.lose(failed | out)
+            self.memory.lose(failed | out | lent)
         placed = placement.after_failure(self.alloc, failed, out)
         for n in out:
             self.out_until[n] = detected + self.s.reset_s
@@ -325,6 +331,7 @@ class Run(Partial):
         """The job leaves its allocation: the exclude list gets the decision's nodes (as the job's
         requeue writes it), and the new allocation is the old one less the excluded nodes, the
         nodes that are down or drained and any still away, topped up with fresh nodes."""
+        self._give_back()
         for n in exclude:
             entry = exclude_list.new_entry(n, reason="excluded by the recovery decision", now=self.t, job_id=JOB_ID,
                                            ttl_s=self.s.exclude_ttl_h * 3600.0)
@@ -341,6 +348,7 @@ class Run(Partial):
         keep = [n for n in old.in_use + old.spares if n not in barred]
         spares = self.s.spares if self.st.in_allocation else 0
         nodes = tuple(keep[:self.target + spares]) + self._fresh(self.target + spares - len(keep))
+        self.topup_at = INF  # a new allocation: the old one's top-up is not waited for
         self._set_alloc(Allocation(nodes[:self.target], nodes[self.target:], self.target, old.min_nodes))
         replaced = set(self.alloc.in_use) != set(old.in_use)
         self._restart(segments, cold=replaced and not self.st.in_allocation, kind=kind)
@@ -436,9 +444,17 @@ class Run(Partial):
         self._restart(costs.in_allocation(self.s), cold=False, kind="grow back")
 
     # --- helpers
+    def _count_spares(self) -> None:
+        now = min(self.t, self.horizon)
+        idle = sum(n not in self.alloc.failed for n in self.alloc.spares)
+        self.spare_node_s += idle * max(now - self.spares_since, 0.0)
+        self.spares_since = now
+
     def _set_alloc(self, alloc: Allocation) -> None:
+        self._count_spares()
         self.alloc = alloc
         self.in_use = set(alloc.in_use)
+        self._ask_topup()
 
     def _fresh(self, count: int) -> tuple[str, ...]:
         names = tuple(f"n{self.serial + i:05d}" for i in range(max(count, 0)))

@@ -20,6 +20,11 @@ failures a seed draws do not move when these are switched on or off.
   `sdc_found_after_h` later, when the run rolls back to the newest checkpoint from before it (a
   restart, and a cold-tier load: that checkpoint is hours old). Every second of either goes to
   `sdc`. A restart to before the corruption undoes it.
+- **Spare top-ups** (`Strategy.topup`): whenever no usable spare is left, a job of `topup_nodes`
+  is asked for and its nodes become spares after a queue wait (`queue_min_s`-`queue_max_s`; a new
+  job, so no requeue hold). A group that loses a node meanwhile waits out for them (the others
+  train on short of it) instead of the whole run requeueing. A restart of the whole run gives the
+  lent nodes back (its start is one step of the job's own per group), as does a requeue.
 - **Stragglers**, on every strategy, at `straggler_gpu_mtbf_h` per GPU: the whole run steps
   `straggler_slowdown` times slower for an exponential `straggler_duration_h`, or, with
   `Strategy.stragglers`, until `straggler_detect_s`, when the slow node's group leaves and heals on
@@ -66,11 +71,19 @@ class Partial(Saving):
     @abstractmethod
     def _set_alloc(self, alloc: placement.Allocation) -> None: ...
 
+    @abstractmethod
+    def _fresh(self, count: int) -> tuple[str, ...]: ...
+
     def _init_partial(self, seed: int) -> None:
         s = self.s
         self.silent = random.Random(f"{seed}:silent")
         self.groups_out: dict[int, float] = {}
-        """Replica groups healing → when each joins again."""
+        """Replica groups healing → when each joins again (INF: waiting for a spare top-up)."""
+        self.waiting: dict[int, tuple[str, bool, costs.Segments]] = {}
+        """Groups out for want of a spare → (the node they lost, whether it leaves for good, their restart)."""
+        self.lent: set[str] = set()
+        """Nodes spare top-up jobs hold for the run."""
+        self.topup_at = INF
         self.sdc_at = self._draw(s.sdc_gpu_mtbf_h)
         self.sdc_pending: tuple[float, float] | None = None
         """A silent corruption no one has seen: (when, the work done by then)."""
@@ -88,6 +101,7 @@ class Partial(Saving):
             events.append((self.slow_until, self._on_slow_end))
         if self.groups_out:
             events.append((min(self.groups_out.values()), self._on_join))
+        events.append((self.topup_at, self._on_topup))
         return events
 
     def _speeds(self) -> list[tuple[str, float]]:
@@ -134,7 +148,12 @@ class Partial(Saving):
         if leaves or away:
             placed = placement.after_failure(self.alloc, {node} if leaves else set(), {node} if away else set())
             if placed.move is not placement.Move.SPARE or not placed.added:
-                return "no spare for the group"
+                if not self.st.topup:
+                    return "no spare for the group"
+                placed = None  # it waits out for the top-up (`_on_topup`)
+                self.waiting[group] = (node, leaves, restart)
+                self.process.forget({node})
+                self._ask_topup()
         self.paths[f"group heal ({why})"] += 1
         if group not in self.groups_out:  # a healing group's node: the others do not wait for it
             redo = min(s.step_s / 2, self.work)  # the step in flight, discarded by every group
@@ -149,9 +168,47 @@ class Partial(Saving):
             else:
                 self.out_until[node] = self.t + s.reset_s
         heal = sum(seconds for _, seconds in restart) + s.comm_init(s.gpus // s.replica_groups) + s.heal_seconds
-        self.groups_out[group] = max(self.groups_out.get(group, 0.0), self.t + heal + s.step_s / 2)
+        join = INF if group in self.waiting else self.t + heal + s.step_s / 2
+        self.groups_out[group] = max(self.groups_out.get(group, 0.0), join)
         self.fail_at = self.process.next_at(self.t, self.in_use, self.rng)
         return None
+
+    # --- spare top-ups
+    def _ask_topup(self) -> None:
+        """No usable spare and none on its way: a top-up job is asked for."""
+        if self.st.topup and self.topup_at == INF and not any(n not in self.alloc.failed for n in self.alloc.spares):
+            self.topup_at = self.t + self.silent.uniform(self.s.queue_min_s, self.s.queue_max_s)
+            self.paths["spare top-up asked"] += 1
+
+    def _on_topup(self) -> None:
+        """The top-up job runs: its nodes are spares, and each group waiting for one starts on one."""
+        self.topup_at = INF
+        nodes = self._fresh(self.s.topup_nodes)
+        self.lent |= set(nodes)
+        self._set_alloc(placement.lent(self.alloc, nodes))
+        for group, (node, leaves, restart) in sorted(self.waiting.items()):
+            placed = placement.after_failure(self.alloc, {node} if leaves else set(), set() if leaves else {node})
+            if placed.move is not placement.Move.SPARE or not placed.added:
+                break  # more groups wait than the job brought: the next top-up
+            del self.waiting[group]
+            self._set_alloc(placed.allocation)
+            if leaves:
+                self.dead.add(node)
+            else:
+                self.out_until[node] = self.t + self.s.reset_s
+            heal = sum(seconds for _, seconds in restart) + self.s.comm_init(self.s.gpus // self.s.replica_groups)
+            self.groups_out[group] = self.t + heal + self.s.heal_seconds + self.s.step_s / 2
+        self._ask_topup()
+
+    def _give_back(self) -> set[str]:
+        """A restart of the whole run (or a requeue): the lent nodes leave; those it used are returned."""
+        lent, self.lent, self.topup_at = self.lent, set(), INF
+        for group in self.waiting:
+            self.groups_out.pop(group, None)
+        self.waiting.clear()
+        if lent:
+            self._set_alloc(placement.without(self.alloc, lent))
+        return lent
 
     def _fresh_group(self) -> costs.Segments:
         """A group whose node is swapped for a spare though nothing crashed: it restarts in its processes."""

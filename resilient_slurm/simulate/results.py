@@ -1,8 +1,11 @@
 """A run's outcome in GPU-hours and dollars, and figures over seeds (mean and percentiles). Pure.
 
-Goodput = GPU-hours of training that survived / GPU-hours paid for. The GPUs are paid for the
-whole window (the seed's "10,000 H100s for 30 days"), spare nodes included; the lost GPU-hours by
-cause add up to the difference, exactly.
+Goodput = GPU-hours of training that survived / GPU-hours paid for. The job's GPUs are paid for
+the whole window (the seed's "10,000 H100s for 30 days"), and each spare node while it is held
+idle: one that took a failed node's place is one of the job's GPUs from then on, and the failed
+node has left the job (Slurm removes a failed node from a --no-kill job's allocation, and its
+billing with it: `scontrol show job` went from `billing=2` to `billing=1` on the sandbox). The lost
+GPU-hours by cause add up to the difference, exactly.
 
 ETTR is MegaScale's effective training time ratio: iterations x iteration time / wall time, where
 the iterations are those that survived (work redone after a failure counts once) and the
@@ -60,11 +63,10 @@ def outcome(run: Run, seed: int) -> Outcome:
     s = run.s
     to_gpu_h = s.gpus / 3600.0
     lost = {cause: run.lost[cause] * to_gpu_h for cause in CAUSES}
-    spares = s.spares if run.st.in_allocation else 0
-    lost["spares"] = spares * s.gpus_per_node * s.horizon_s / 3600.0
+    lost["spares"] = run.spare_node_s * s.gpus_per_node / 3600.0
     return Outcome(
         seed=seed,
-        paid_gpu_h=(s.gpus + spares * s.gpus_per_node) * s.horizon_s / 3600.0,
+        paid_gpu_h=s.gpus * s.horizon_s / 3600.0 + lost["spares"],
         productive_gpu_h=run.work * to_gpu_h,
         lost_gpu_h=lost,
         restarts=dict(run.restarts),
@@ -102,12 +104,13 @@ class Summary:
 
     @property
     def paid_gpu_h(self) -> float:
-        return self.outcomes[0].paid_gpu_h
+        """The mean over seeds: each seed holds its spares idle for as long as its failures leave them."""
+        return statistics.fmean(o.paid_gpu_h for o in self.outcomes)
 
     @property
     def job_share(self) -> float:
         """GPUs in the job / GPUs paid for (goodput = ETTR x this)."""
-        return self.outcomes[0].job_gpu_h / self.outcomes[0].paid_gpu_h
+        return self.outcomes[0].job_gpu_h / self.paid_gpu_h
 
     def lost_gpu_h(self) -> dict[str, float]:
         return {c: statistics.fmean(o.lost_gpu_h[c] for o in self.outcomes) for c in CAUSES}

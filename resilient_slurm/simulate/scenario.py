@@ -44,6 +44,10 @@ class Strategy:
     sentinel: bool = False
     """The SDC sentinel: replicas compare weight fingerprints every step; the culprit's group heals
     from a good one. Otherwise a silent corruption is found `sdc_found_after_h` later."""
+    topup: bool = False
+    """Spare top-ups (cluster.spare_topup): whenever no usable spare is left, `topup_nodes` more are
+    asked for in a job of their own and arrive after a queue wait; a group that lost a node with no
+    spare waits out for them, instead of the whole run requeueing (`partial.py`)."""
 
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
@@ -65,8 +69,11 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              heartbeat=True, memory=True, in_process=True, replica_ft=True, stragglers=True),
     Strategy("sdc", "+ the SDC sentinel: replicas compare weight fingerprints every step", "young_daly", True, True,
              False, heartbeat=True, memory=True, in_process=True, replica_ft=True, stragglers=True, sentinel=True),
+    Strategy("topup", "+ spare top-ups: no spare left, more are asked for in a job of their own; a lost group "
+             "waits out for them", "young_daly", True, True, False, heartbeat=True, memory=True, in_process=True,
+             replica_ft=True, stragglers=True, sentinel=True, topup=True),
 )}
-STEPS = ("spares", "heartbeat", "memory", "inprocess", "replica_ft", "stragglers", "sdc")
+STEPS = ("spares", "heartbeat", "memory", "inprocess", "replica_ft", "stragglers", "sdc", "topup")
 """Issue 23's and issue 28's mechanisms one at a time, each on top of the one before (`--losses`)."""
 
 
@@ -107,6 +114,8 @@ class Scenario:
     """After the job gives up: hours until a person has fixed the cause and relaunched."""
     spares: int = 16
     """Spare nodes held in the allocation (strategies that restart inside it)."""
+    topup_nodes: int = 2
+    """Nodes per spare top-up job (cluster.spare_topup; strategy `topup`)."""
     min_nodes: int | None = None
     """Elastic floor in nodes; None: 98% of the nodes."""
     interval_min: float = 30.0
@@ -250,6 +259,8 @@ class Scenario:
             p.append("--queue-max-s: must be >= --queue-min-s")
         if self.spares < 0:
             p.append("--spares: must be >= 0")
+        if self.topup_nodes < 1:
+            p.append("--topup-nodes: must be >= 1")
         if self.min_nodes is not None and not 1 <= self.min_nodes <= self.nodes:
             p.append(f"--min-nodes {self.min_nodes}: must be between 1 and the {self.nodes} nodes of the run")
         if self.cold_load_s < self.load_s:

@@ -22,9 +22,9 @@ def test_the_bench_runs_at_a_toy_size(tmp_path):
     out = done.stdout
     for section in ("## 1. Speed", "## 3. The seed's question", "## 4. Issues 23 and 28", "## 5. Issue 28"):
         assert section in out
-    assert "| lost to | spares | heartbeat | memory | inprocess |" in out
+    assert "| lost to | spares | heartbeat | memory | inprocess |" in out and "| topup |" in out
     assert "| memory_blocking_s | " in out and f"scaled to 8b-h100 from {measured}" in out
     rows = [line for line in out.splitlines() if line.startswith("| 0.01 | 1 | ")]
     assert len(rows) == 3 and all(line.endswith("% |") for line in rows)
     issue28 = out.split("## 5. Issue 28")[1].splitlines()
-    assert len([line for line in issue28 if line.startswith("| ") and line.endswith("% |")]) == 7
+    assert len([line for line in issue28 if line.startswith("| ") and line.endswith("% |")]) == 8

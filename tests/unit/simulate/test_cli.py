@@ -23,7 +23,7 @@ def test_compare_covers_every_strategy(capsys):
     assert main([*SMALL, "--compare", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert list(out["strategies"]) == ["none", "fixed", "young_daly", "async", "spares", "elastic", "heartbeat",
-                                      "memory", "inprocess", "replica_ft", "stragglers", "sdc"]
+                                      "memory", "inprocess", "replica_ft", "stragglers", "sdc", "topup"]
     assert out["goodput"] == out["strategies"]["young_daly"]["goodput"]
     assert main([*SMALL, "--compare"]) == 0
     table = capsys.readouterr().out

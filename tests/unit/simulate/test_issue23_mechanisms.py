@@ -132,10 +132,16 @@ def test_survivors_restart_in_process_after_a_crash_and_take_a_step_restart_afte
 
 @pytest.mark.parametrize("name", ["spares", "inprocess"])
 def test_ettr_is_the_surviving_work_over_the_wall_time_and_goodput_charges_the_spares(name):
-    o = outcome(run(name, FAULTS), 0)
+    r = run(name, FAULTS)
+    o = outcome(r, 0)
     s = SMALL
     assert o.ettr == pytest.approx(o.productive_gpu_h / (s.gpus * s.horizon_s / 3600))
-    assert o.goodput == pytest.approx(o.ettr * s.gpus / (s.gpus + s.spares * s.gpus_per_node))
+    # A spare is paid while it is held idle: one that took a failed node's place is one of the job's
+    # GPUs from then on (the failed node left the job), so less than every spare for the whole window.
+    every_spare = s.spares * s.gpus_per_node * s.horizon_s / 3600
+    assert r.restarts["spare"] > 0 and 0 < o.lost_gpu_h["spares"] < every_spare
+    assert o.paid_gpu_h == pytest.approx(o.job_gpu_h + o.lost_gpu_h["spares"])
+    assert o.goodput == pytest.approx(o.ettr * o.job_gpu_h / o.paid_gpu_h)
     job_losses = sum(v for k, v in o.lost_gpu_h.items() if k != "spares")
     assert 1 - o.ettr == pytest.approx(job_losses / o.job_gpu_h)
 

@@ -142,3 +142,35 @@ def test_bad_replica_inputs_are_refused_with_one_line():
     assert Scenario(straggler_slowdown=0.9).validate() == ["--straggler-slowdown: must be >= 1 (1: no slower than "
                                                            "ideal)"]
     assert Scenario(sdc_nan_share=2).validate() == ["--sdc-nan-share: must be between 0 and 1"]
+
+
+TOPUP = replace(GROUPS, name="topup", topup=True)
+
+
+def test_without_a_spare_a_group_waits_out_for_a_topup_instead_of_the_whole_run_requeueing():
+    s = replace(SMALL, faults=(DOWN,), spares=0, topup_nodes=1, queue_min_s=300.0, queue_max_s=300.0)
+    without, topped = run(s, GROUPS), run(s, TOPUP)
+    assert without.paths["whole run: no spare for the group"] > 0 and without.restarts["requeue, out of spares"] > 0
+    heals = topped.paths["group heal (down)"]
+    assert heals > 10 and not topped.restarts and topped.lost["queue"] == 0.0 and len(topped.dead) == heals
+    # Asked for whenever none is left: at the first loss, then each time a lent node is taken.
+    assert topped.paths["spare top-up asked"] in (heals, heals + 1)
+    # The first group waits out the 300 s queue wait on top of its path, its communicator, the heal
+    # and a step boundary; later ones find the node the last top-up brought, as with a spare.
+    _, before, after = costs.restart_path(s, TOPUP, DOWN, replaced=True)
+    out_s = sum(x for _, x in before + after) + s.comm_init(s.gpus // 4) + s.heal_seconds + s.step_s / 2
+    assert topped.lost["degraded"] >= (heals * out_s + 300.0) / s.replica_groups * 0.98
+    assert topped.lost["degraded"] < heals * (out_s + 300.0) / s.replica_groups
+    # A lent node is paid for while it waits idle for the next loss: never more than one here.
+    spare = outcome(topped, 0).lost_gpu_h["spares"]
+    assert 0 < spare < s.gpus_per_node * s.horizon_s / 3600
+    assert outcome(topped, 0).goodput > outcome(without, 0).goodput
+
+
+def test_a_restart_of_the_whole_run_gives_the_lent_nodes_back():
+    s = replace(SMALL, faults=(DOWN, replace(BUG, weight=0.2)), spares=0, topup_nodes=1)
+    r = run(s, TOPUP)
+    assert r.paths["whole run: a code bug fails every group"] > 0 and r.paths["spare top-up asked"] > 0
+    # Its start is one step of the job's own per group: with the lent nodes gone and no spare of
+    # its own, it requeues.
+    assert r.restarts["requeue, out of spares"] > 0 and r.restarts.get("spare", 0) == 0
