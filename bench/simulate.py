@@ -155,8 +155,8 @@ def issue28(s: Scenario, seeds: int) -> None:
     for changes in rows:
         t = replace(s, **changes)
         m, _ = simulate(t, STRATEGIES["topup"], seeds)
-        print(f"| {t.heartbeat_s:g} | {t.replica_groups} | {t.spares} | {t.topup_nodes} | {t.value('comm_init_s'):.3g} | "
-              f"{t.heal_seconds:.3g} | {m.goodput:.1%} | {m.ettr:.1%} |", flush=True)
+        print(f"| {t.heartbeat_s:g} | {t.replica_groups} | {t.spares} | {t.topup_nodes} | "
+              f"{t.value('comm_init_s'):.3g} | {t.heal_seconds:.3g} | {m.goodput:.1%} | {m.ettr:.1%} |", flush=True)
     print()
 
 

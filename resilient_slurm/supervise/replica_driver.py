@@ -13,17 +13,17 @@ joins; the other groups never stopped. No spare for a lost node: the group stays
 others go on without it. With cluster.spare_topup, whenever no usable spare is left the driver asks
 Slurm for more in a job of their own (`slurm/topup.py`); once it runs, its nodes are spares that a
 group's ranks start on as steps of that job, and a group that stayed out starts there at once. A
-straggler (`monitor.straggler`) is recorded, and with a spare its group
-is replaced the same way at once, its node left out; the others train on. So is the group of a node
-a silent data corruption named (monitor.sdc.leave_node), once the sentinel healed it in place.
+straggler (`monitor.straggler`) is recorded, and with a spare its group is replaced the same way at
+once, its node left out; the others train on. So is the group of a node a silent data corruption
+named (monitor.sdc.leave_node), once the sentinel healed it in place.
 
 Refused (`replica.plan.refusal`: every group lost at once, no live group, fewer than
 cluster.replica_min, or a replacement that failed before it joined; one line in the ledger,
 `replica_refused`): every step is killed, and the start ends as a failed step does.
 
 Either way, once every group's step has ended, the top-up jobs are given back (their nodes leave the
-allocation: a start of every group is one step of the driver's own job per group), and the driver concludes as it does without groups
-(`conclusion.conclude` on the start's facts, then `Driver.act`): finished; a failure restarts every
+allocation: a start of every group is one step of the driver's own job per group), and the driver
+concludes as it does without groups (`conclusion.conclude` on the start's facts, then `Driver.act`): finished; a failure restarts every
 group from the newest checkpoint inside the allocation (the restart budget and the crash-loop guard
 of `recovery.decide`; spares for the lost nodes), or through the queue without enough nodes; a
 time-limit warning requeues; a stop Slurm asked for is left to Slurm.

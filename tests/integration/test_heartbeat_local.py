@@ -34,7 +34,9 @@ def rank_pid(rdir: Path, rank: int) -> int:
 
 
 def test_a_stopped_rank_is_found_and_named_within_the_bound_at_the_default_settings(tmp_path):
-    extra = ["cluster.ranks=3", "data.global_batch_size=6", "cluster.collective_timeout_s=120", "fault.step_sleep_s=0.05"]
+    # 80 steps: the SIGSTOP lands near step 30, and the relaunch only has to show it resumes.
+    extra = ["cluster.ranks=3", "data.global_batch_size=6", "cluster.collective_timeout_s=120", "fault.step_sleep_s=0.05",
+             "train.max_steps=80", "tracking.mode=disabled"]
     proc = launch(tmp_path, "stopped", *extra)
     rdir = run_dir(tmp_path, "stopped")
     wait_for_step(proc, rdir, 30)
