@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from resilient_slurm.config import CheckpointConfig, ClusterConfig, HealthConfig
+from resilient_slurm.config import CheckpointConfig, ClusterConfig, HealthConfig, MonitorConfig
 from resilient_slurm.simulate.bench import BENCH_KEYS, from_bench  # noqa: F401  (their home before issue 23)
 from resilient_slurm.simulate import published
 from resilient_slurm.simulate.failures import FAULTS, Fault
@@ -138,9 +138,9 @@ class Scenario:
     signal_lead_s: float = ClusterConfig.signal_lead_s
     emergency_reserve_s: float = CheckpointConfig.emergency_reserve_s
     # --- issue 23: heartbeats, the memory tier, restarts inside the surviving processes
-    heartbeat_s: float = 30.0
-    """Heartbeats: a rank silent this long is a hang (monitor.heartbeat_timeout_s, issue 23's
-    default; the config key does not exist yet, so the default is set here)."""
+    heartbeat_s: float = MonitorConfig.heartbeat_timeout_s
+    """Heartbeats: a rank silent this long is a hang (monitor.heartbeat_timeout_s: 6 s since issue 28;
+    a SIGSTOPped rank was on record 5.2-5.5 s after the stop in the Slurm tests and bench/restart.py)."""
     crash_detect_s: float = 0.0
     """A crash: from the failure to the decision (a rank's process ends; its step fails)."""
     memory_every_steps: int = 0
@@ -328,7 +328,7 @@ SOURCES = {
     "in_alloc_restart_s": "assumed (the seed)", "queue_min_s": "the seed: 2-10 minutes",
     "cred_delay_s": "configured: Slurm's AuthInfo cred_expire 120 s + 1",
     "hang_detect_s": "configured: cluster.collective_timeout_s",
-    "heartbeat_s": "configured: monitor.heartbeat_timeout_s, issue 23's default",
+    "heartbeat_s": "configured: monitor.heartbeat_timeout_s",
     "crash_detect_s": "assumed: a crash ends the step at once",
     "memory_blocking_s": "assumed: issue 23's target, a third of the async save's blocking (blocking_s); "
                          "PyTorch DCP's published async blocking, 0.78 s for Llama3-70B on 1,856 H200 (a larger "

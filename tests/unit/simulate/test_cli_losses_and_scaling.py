@@ -17,7 +17,7 @@ def test_losses_prints_each_loss_for_spares_and_each_mechanism_added(capsys):
     header = next(line for line in out.splitlines() if line.startswith("| lost to |"))
     assert header == "| lost to | " + " | ".join(STEPS) + " |"
     assert "| **goodput** |" in out and "| ETTR (spares excluded) |" in out
-    assert "| heartbeat_s | 30 s | configured: monitor.heartbeat_timeout_s" in out
+    assert "| heartbeat_s | 6 s | configured: monitor.heartbeat_timeout_s" in out
 
 
 def test_json_has_ettr_the_sources_and_the_restart_paths(capsys):
@@ -47,7 +47,7 @@ def test_measured_costs_are_scaled_to_the_target_and_say_so(tmp_path, capsys):
     assert main([*args, "--scale-to", "8b-h100"]) == 0
     scaled = json.loads(capsys.readouterr().out)
     s, sources = scaled["scenario"], scaled["sources"]
-    assert s["heartbeat_s"] == pytest.approx(30.8)  # the target's 30 s timeout, the bench's overshoot kept
+    assert s["heartbeat_s"] == pytest.approx(6.8)  # the target's 6 s timeout, the bench's overshoot kept
     assert s["memory_blocking_s"] == pytest.approx(0.06 - 550e6 / 11e9 + s["ckpt_bytes"] / 64e9)
     assert s["ckpt_bytes"] == pytest.approx(8.03e9 * 12 / 800)
     assert s["replacement_start_s"] == 4.0  # one node's processes: as measured

@@ -41,7 +41,7 @@ def test_communicator_creation_scales_the_published_figures_linearly():
 
 @pytest.mark.parametrize("fault, path, detect_s, node_away", [
     (CRASH, "in process", 0.0, False),  # the group restarts in its processes
-    (HANG, "step restart (hang)", 30.0, False),  # every live GPU waits for the heartbeat
+    (HANG, "step restart (hang)", Scenario().heartbeat_s, False),  # every live GPU waits for the heartbeat
     (CUDA, "step restart (CUDA error)", 0.0, True),  # the node goes for a reset; a spare takes its place
     (DOWN, "in process", 0.0, True),
 ])
