@@ -3,6 +3,7 @@ whose future another thread completes), the step's sections without them, each p
 sequence number (a real one-rank gloo group), and the flight recorder's environment."""
 
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -15,11 +16,21 @@ from resilient_slurm.session.sections import StepSections
 DELAY_S = 0.2
 
 
-def blocked_wait() -> None:
-    """The training thread waits in a collective until another thread completes it."""
+def blocked_wait(timed: bool = True) -> None:
+    """The calling thread waits in a collective until another thread completes it, DELAY_S after the
+    wait began as the clock saw it (`timed`: the training thread's), or after the call (another
+    thread's, which the clock does not time). Not a timer started before the wait: the wait it
+    measures would be short by however long this thread took to reach it."""
     done = Future()
     work = torch._C._distributed_c10d._create_work_from_future(done)
-    threading.Timer(DELAY_S, lambda: done.set_result(None)).start()
+
+    def complete() -> None:
+        while timed and collectives.waiting_s() is None:
+            time.sleep(0.001)
+        time.sleep(DELAY_S)
+        done.set_result(None)
+
+    threading.Thread(target=complete).start()
     work.wait()
 
 
@@ -28,7 +39,8 @@ def test_the_training_threads_waits_count_as_the_collective_section_not_its_comp
     sections = StepSections()
     with sections.timed("forward"):
         blocked_wait()
-    other = threading.Thread(target=blocked_wait)  # another thread's wait (a background save's) is not the step's
+    # another thread's wait (a background save's) is not the step's
+    other = threading.Thread(target=blocked_wait, args=(False,))
     other.start()
     other.join()
     s = sections.take()
