@@ -13,11 +13,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from resilient_slurm.config import ClusterConfig
 from resilient_slurm.slurm import scontrol
 from resilient_slurm.slurm.env import expand_hostlist
 from resilient_slurm.slurm.sbatch import sbatch
+
+if TYPE_CHECKING:  # the package imports nothing beyond the standard library (see its map)
+    from resilient_slurm.config import ClusterConfig
 
 
 @dataclass(frozen=True)
