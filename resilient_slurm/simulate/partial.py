@@ -161,17 +161,27 @@ class Partial(Saving):
             self.lost["redone"] += redo
             self._down(detect + [("quorum", s.quorum_s)], "group leaves")
         if placed is not None:
-            self._set_alloc(placed.allocation)
-            self.process.forget({node})
-            if leaves:
-                self.dead.add(node)
-            else:
-                self.out_until[node] = self.t + s.reset_s
-        heal = sum(seconds for _, seconds in restart) + s.comm_init(s.gpus // s.replica_groups) + s.heal_seconds
-        join = INF if group in self.waiting else self.t + heal + s.step_s / 2
+            self._take_spare(placed, node, leaves)
+        join = INF if group in self.waiting else self._joins_at(restart)
         self.groups_out[group] = max(self.groups_out.get(group, 0.0), join)
         self.fail_at = self.process.next_at(self.t, self.in_use, self.rng)
         return None
+
+    def _take_spare(self, placed: placement.Placement, node: str, leaves: bool) -> None:
+        """A spare takes `node`'s place; the node is gone for good (`leaves`), or away for a repair."""
+        self._set_alloc(placed.allocation)
+        self.process.forget({node})
+        if leaves:
+            self.dead.add(node)
+        else:
+            self.out_until[node] = self.t + self.s.reset_s
+
+    def _joins_at(self, restart: costs.Segments) -> float:
+        """When a group that restarts now by `restart` joins: its path, its own communicator, the heal
+        from a live group, then a step boundary."""
+        s = self.s
+        return (self.t + sum(seconds for _, seconds in restart) + s.comm_init(s.gpus // s.replica_groups)
+                + s.heal_seconds + s.step_s / 2)
 
     # --- spare top-ups
     def _ask_topup(self) -> None:
@@ -191,14 +201,8 @@ class Partial(Saving):
             if placed.move is not placement.Move.SPARE or not placed.added:
                 break  # more groups wait than the job brought: the next top-up
             del self.waiting[group]
-            self._set_alloc(placed.allocation)
-            if leaves:
-                self.dead.add(node)
-            else:
-                self.out_until[node] = self.t + self.s.reset_s
-            heal = sum(seconds for _, seconds in restart) + self.s.comm_init(self.s.gpus // self.s.replica_groups)
-            self.groups_out[group] = self.t + heal + self.s.heal_seconds + self.s.step_s / 2
-        self._ask_topup()
+            self._take_spare(placed, node, leaves)  # and a top-up is asked for once none is left
+            self.groups_out[group] = self._joins_at(restart)
 
     def _give_back(self) -> set[str]:
         """A restart of the whole run (or a requeue): the lent nodes leave; those it used are returned."""
