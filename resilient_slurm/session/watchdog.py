@@ -40,6 +40,10 @@ class Watchdog:
         self.recent: deque[float] = deque(maxlen=cfg.window)
         self.step = 0
         self.last_beat = time.monotonic()
+        self.started_at = time.time()
+        self.answered = 0.0
+        """The hang marker's time this rank dumped its stacks for as a peer: once per hang found, for
+        with replica groups (cluster.replica_ft) a peer rank goes on training after a hang elsewhere."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
 
@@ -59,26 +63,28 @@ class Watchdog:
         self._stop.set()
 
     def _watch(self) -> None:
-        marker = self.logs / HANG_MARKER
         while not self._stop.wait(POLL_S):
-            limit = hang_timeout_s(list(self.recent), self.cfg)
-            waited = time.monotonic() - self.last_beat
-            if waited > limit and claim_hang(self.logs, self.started_at):
-                self._fire(waited, limit)
-            elif marker.exists() and marker.stat().st_mtime >= self.started_at and not self._dumped():
-                # The flight recorder before the stacks: the monitor kills the ranks once each one's
-                # stacks file is there (supervise/hangs.py), so that file must come last.
-                dump_flight_recorder(self._dump_path().with_suffix(".flight-recorder.json"))
-                dump = self._dump(f"a peer rank found the run hung; this rank waited {waited:.0f}s since step {self.step}")
-                self.events.emit(StacksDumped(reason="a peer rank found the run hung", waited_s=round(waited, 1),
-                                              stacks=str(dump)), self.step)
-                self._native(dump)
+            self.look()
+
+    def look(self) -> None:
+        """One look: fire on this rank's own hang, or dump as a peer once per hang a peer (or the
+        supervisor) found since this rank started."""
+        limit = hang_timeout_s(list(self.recent), self.cfg)
+        waited = time.monotonic() - self.last_beat
+        if waited > limit and claim_hang(self.logs, self.started_at):
+            self._fire(waited, limit)
+        elif (touched := _mtime(self.logs / HANG_MARKER)) >= self.started_at and touched > self.answered:
+            self.answered = touched
+            # The flight recorder before the stacks: the monitor kills the ranks once each one's
+            # stacks file is there (supervise/hangs.py), so that file must come last.
+            dump_flight_recorder(self._dump_path().with_suffix(".flight-recorder.json"))
+            dump = self._dump(f"a peer rank found the run hung; this rank waited {waited:.0f}s since step {self.step}")
+            self.events.emit(StacksDumped(reason="a peer rank found the run hung", waited_s=round(waited, 1),
+                                          stacks=str(dump)), self.step)
+            self._native(dump)
 
     def _dump_path(self) -> Path:
         return self.logs / f"hang-rank{self.rank}-step{self.step}.txt"
-
-    def _dumped(self) -> bool:
-        return self._dump_path().exists()
 
     def _dump(self, headline: str) -> Path:
         """The Python stacks, written aside and renamed: the monitor sees the file only complete."""
@@ -117,6 +123,13 @@ class Watchdog:
             self.on_hang(step, reason)
         finally:
             os._exit(self.exit_code)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def claim_hang(logs: Path, since: float) -> bool:
