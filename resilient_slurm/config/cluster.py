@@ -64,13 +64,18 @@ class ClusterConfig:
     """Fewest live replica groups the run trains on; below it every process restarts (from the
     newest checkpoint), as without replica_ft."""
     spare_topup: int = 0
-    """With replica_ft in a Slurm job: whenever no usable spare is left, the job's driver asks Slurm
-    for this many more in a job of their own (the same partition, account, QOS and constraint, the
-    job's own nodes excluded, the time the job has left). Once that job runs, its nodes are spares:
+    """With replica_ft in a Slurm job: whenever spare_topup_at usable spares or fewer are left (by
+    default none), the job's driver asks Slurm for this many more in a job of their own (the same
+    partition, account, QOS and constraint, the job's own nodes excluded, the time the job has
+    left). Once that job runs, its nodes are spares:
     a lost replica group starts there as a step of that job, heals from a live group and joins, and
     a group that stayed out for want of a spare joins at once. So the run holds few spares and does
     not requeue when they run out. A restart of every group gives them back (the job is cancelled),
     and so does the end of the run. 0: off."""
+    spare_topup_at: int = 0
+    """With spare_topup: the usable spares left at which the driver asks for more. 0 asks once none
+    is left; with a long queue, ask earlier, at about the nodes the run loses while a job waits
+    (one node an hour or so at 10,000 GPUs), so that a lost group does not wait out for hours."""
     replica_timeout_s: float = 30.0
     """How long the live groups wait for a group that is still alive but late (a hang, a straggler)
     at the quorum or in the cross-group reduction before they go on without it. A group whose
@@ -140,6 +145,11 @@ class ClusterConfig:
         p.need(not k.spare_topup or (k.replica_ft and k.kind == "slurm"),
                "cluster.spare_topup: only a replica group can start on the nodes of another Slurm job; set "
                "cluster=slurm cluster.replica_ft=true, or cluster.spare_topup=0")
+        p.need(k.spare_topup_at >= 0, f"cluster.spare_topup_at: {k.spare_topup_at}; set it >= 0 (0 asks once "
+                                      f"no spare is left)")
+        p.need(not k.spare_topup_at or k.spare_topup > 0,
+               f"cluster.spare_topup_at: {k.spare_topup_at} without top-ups; set cluster.spare_topup to the nodes "
+               f"to ask for, or cluster.spare_topup_at=0")
         p.need(k.replica_timeout_s > 0, f"cluster.replica_timeout_s: {k.replica_timeout_s}; set it > 0")
         p.need(not (k.replica_ft and k.elastic.min_nodes),
                "cluster.replica_ft: a run with replica groups does not shrink (cluster.elastic.min_nodes): a lost "

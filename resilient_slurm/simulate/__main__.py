@@ -50,6 +50,7 @@ OPTIONS: dict[str, str] = {
     "manual_h": "hours until a person fixes what made the job give up",
     "spares": "spare nodes (strategies spares and elastic)",
     "topup_nodes": "topup: nodes per spare top-up job (cluster.spare_topup)",
+    "topup_at": "topup: ask once this many usable spares or fewer are left (cluster.spare_topup_at)",
     "min_nodes": "elastic floor in nodes (default: 98%% of the nodes)",
     "interval_min": "the fixed strategy's save interval",
     "step_s": "one training step",

@@ -20,9 +20,9 @@ failures a seed draws do not move when these are switched on or off.
   `sdc_found_after_h` later, when the run rolls back to the newest checkpoint from before it (a
   restart, and a cold-tier load: that checkpoint is hours old). Every second of either goes to
   `sdc`. A restart to before the corruption undoes it.
-- **Spare top-ups** (`Strategy.topup`): whenever no usable spare is left, a job of `topup_nodes`
-  is asked for and its nodes become spares after a queue wait (`queue_min_s`-`queue_max_s`; a new
-  job, so no requeue hold). A group that loses a node meanwhile waits out for them (the others
+- **Spare top-ups** (`Strategy.topup`): whenever `topup_at` usable spares or fewer are left (0:
+  none), a job of `topup_nodes` is asked for and its nodes become spares after a queue wait
+  (`queue_min_s`-`queue_max_s`; a new job, so no requeue hold). A group that loses a node meanwhile waits out for them (the others
   train on short of it) instead of the whole run requeueing. A restart of the whole run gives the
   lent nodes back (its start is one step of the job's own per group), as does a requeue.
 - **Stragglers**, on every strategy, at `straggler_gpu_mtbf_h` per GPU: the whole run steps
@@ -185,8 +185,9 @@ class Partial(Saving):
 
     # --- spare top-ups
     def _ask_topup(self) -> None:
-        """No usable spare and none on its way: a top-up job is asked for."""
-        if self.st.topup and self.topup_at == INF and not any(n not in self.alloc.failed for n in self.alloc.spares):
+        """`topup_at` usable spares or fewer, and none on its way: a top-up job is asked for."""
+        usable = sum(n not in self.alloc.failed for n in self.alloc.spares)
+        if self.st.topup and self.topup_at == INF and usable <= self.s.topup_at:
             self.topup_at = self.t + self.silent.uniform(self.s.queue_min_s, self.s.queue_max_s)
             self.paths["spare top-up asked"] += 1
 

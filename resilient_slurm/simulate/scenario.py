@@ -116,6 +116,8 @@ class Scenario:
     """Spare nodes held in the allocation (strategies that restart inside it)."""
     topup_nodes: int = 2
     """Nodes per spare top-up job (cluster.spare_topup; strategy `topup`)."""
+    topup_at: int = 0
+    """A top-up is asked for once this many usable spares or fewer are left (cluster.spare_topup_at)."""
     min_nodes: int | None = None
     """Elastic floor in nodes; None: 98% of the nodes."""
     interval_min: float = 30.0
@@ -261,6 +263,8 @@ class Scenario:
             p.append("--spares: must be >= 0")
         if self.topup_nodes < 1:
             p.append("--topup-nodes: must be >= 1")
+        if self.topup_at < 0:
+            p.append("--topup-at: must be >= 0")
         if self.min_nodes is not None and not 1 <= self.min_nodes <= self.nodes:
             p.append(f"--min-nodes {self.min_nodes}: must be between 1 and the {self.nodes} nodes of the run")
         if self.cold_load_s < self.load_s:

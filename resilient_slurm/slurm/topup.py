@@ -4,7 +4,7 @@ grow a running job's allocation; a second job next to it can hold nodes for it, 
 is the one thing that can run across the two, since a group's ranks meet over the network, not
 inside one job step.
 
-`script` and `answer` are pure; `ask`, `look` and `give_back` run sbatch, scontrol and scancel,
+`wanted`, `script` and `answer` are pure; `ask`, `look` and `give_back` run sbatch, scontrol and scancel,
 and never raise.
 """
 
@@ -30,6 +30,13 @@ class TopUp:
     """Its nodes once it runs; empty while it waits in the queue."""
     gone: bool = False
     """It ended, or Slurm refused or forgot it: it will hold no node."""
+
+
+def wanted(usable: int, at: int, waiting: bool, refused: bool) -> bool:
+    """Whether to ask for a top-up now: `at` usable spares or fewer left (cluster.spare_topup_at),
+    none on its way, and Slurm did not refuse one since the groups started (one refusal is one line,
+    not one a second). Pure."""
+    return usable <= at and not waiting and not refused
 
 
 def script(c: ClusterConfig, count: int, name: str, exclude: tuple[str, ...], minutes: int, output: Path) -> str:

@@ -10,12 +10,13 @@ the start (cluster.standby) is woken into the group, else a new one-task step st
 replacement's ranks reads where its group now meets from the driver's word (`rejoin.Instruction`
 with the group), takes the state from a live group over the network at its first quorum, and
 joins; the other groups never stopped. No spare for a lost node: the group stays out, and the
-others go on without it. With cluster.spare_topup, whenever no usable spare is left the driver asks
-Slurm for more in a job of their own (`slurm/topup.py`); once it runs, its nodes are spares that a
-group's ranks start on as steps of that job, and a group that stayed out starts there at once. A
-straggler (`monitor.straggler`) is recorded, and with a spare its group is replaced the same way at
-once, its node left out; the others train on. So is the group of a node a silent data corruption
-named (monitor.sdc.leave_node), once the sentinel healed it in place.
+others go on without it. With cluster.spare_topup, whenever few usable spares are left
+(cluster.spare_topup_at; by default none) the driver asks Slurm for more in a job of their own
+(`slurm/topup.py`); once it runs, its nodes are spares that a group's ranks start on as steps of
+that job, and a group that stayed out starts there at once. A straggler (`monitor.straggler`) is
+recorded, and with a spare its group is replaced the same way at once, its node left out; the
+others train on. So is the group of a node a silent data corruption named
+(monitor.sdc.leave_node), once the sentinel healed it in place.
 
 Refused (`replica.plan.refusal`: every group lost at once, no live group, fewer than
 cluster.replica_min, or a replacement that failed before it joined; one line in the ledger,
@@ -280,9 +281,10 @@ class ReplicaDriver:
         return swaps
 
     def _top_up(self, groups: list[Group]) -> None:
-        """cluster.spare_topup: ask Slurm for spares in a job of their own when no usable spare is
-        left and none is on its way; once one runs, its nodes are spares, and each group out for want
-        of a spare starts there. Slurm is asked at most every TOPUP_POLL_S."""
+        """cluster.spare_topup: ask Slurm for spares in a job of their own when cluster.spare_topup_at
+        usable spares or fewer are left and none is on its way (`topup.wanted`); once one runs, its
+        nodes are spares, and each group out for want of a spare starts there. Slurm is asked at
+        most every TOPUP_POLL_S. The run's spares are excluded too: a top-up must bring new nodes."""
         k, job = self.cfg.cluster, self.job
         if not k.spare_topup or time.monotonic() - self.topup_looked < TOPUP_POLL_S:
             return
@@ -306,9 +308,9 @@ class ReplicaDriver:
                         self._replace(g)
         usable = [n for n in self.alloc.spares if n not in self.alloc.failed]
         waiting = any(not t.nodes and not t.gone for t in self.topups)
-        if usable or waiting or self.topup_refused:
+        if not topup.wanted(len(usable), k.spare_topup_at, waiting, self.topup_refused):
             return
-        exclude = tuple(dict.fromkeys([*self.alloc.in_use, *self.alloc.failed, *self.lenders]))
+        exclude = tuple(dict.fromkeys([*self.alloc.in_use, *self.alloc.spares, *self.alloc.failed, *self.lenders]))
         asked, why = topup.ask(k, job.job_id, exclude, RunDir(job.path).slurm / "topup-%j.out")
         if asked is None:
             self.topup_refused = True  # one line, not one a second: the run goes on without spares
@@ -317,7 +319,7 @@ class ReplicaDriver:
             return
         self.topups.append(asked)
         log.emit(SpareTopup(state="asked", topup_job=asked.job_id, nodes=[]), None)
-        say(f"no spare left: asked Slurm for {k.spare_topup} in job {asked.job_id}")
+        say(f"{len(usable)} usable spare(s) left: asked Slurm for {k.spare_topup} more in job {asked.job_id}")
 
     def _give_back(self, step: int | None) -> None:
         """Every top-up job cancelled: the next start is one step of this job per group."""

@@ -68,7 +68,10 @@ def losses(rdir: Path, name: str = "metrics.jsonl") -> dict[int, float]:
 
 def test_a_killed_group_is_replaced_on_the_spare_while_the_other_trains_on(idle_cluster, tmp_path):
     twin = losses(reference(2, *TWIN))
-    job = submit(tmp_path, "groups", *DRIVEN, *GROUPS)
+    # Top-ups asked for while one spare is left (cluster.spare_topup_at=1): at once, as the job
+    # holds one. The run's spare is excluded with its own nodes, so this 3-node cluster has none to
+    # give, and sbatch says so.
+    job = submit(tmp_path, "groups", *DRIVEN, *GROUPS, "cluster.spare_topup=1", "cluster.spare_topup_at=1")
     rdir = run_dir(tmp_path, "groups")
     wait_for_step(rdir, 40, 180)
     survivor, _ = wait_until("group 0's task", lambda: group_task(job, 0), 30)
@@ -84,6 +87,8 @@ def test_a_killed_group_is_replaced_on_the_spare_while_the_other_trains_on(idle_
     (start,) = [e for e in ev if e.kind is Kind.START]
     assert start.details.pids == [survivor]  # the one start: group 0's process, the same to the end
     assert Kind.RESUME not in kinds and Kind.REPLICA_REFUSED not in kinds
+    (top,) = [e.details for e in ev if e.kind is Kind.SPARE_TOPUP]
+    assert top.state == "refused" and "Requested node configuration is not available" in top.reason, top
     leaves = [(e.details.group, e.details.live) for e in ev if e.kind is Kind.REPLICA_LEAVE]
     (heal,) = [e for e in ev if e.kind is Kind.REPLICA_HEAL]
     (join,) = [e for e in ev if e.kind is Kind.REPLICA_JOIN]

@@ -135,6 +135,10 @@ MISTAKES = [
      CE + "cluster.spare_topup: only a replica group can start on the nodes of another Slurm job; set cluster=slurm "
           "cluster.replica_ft=true, or cluster.spare_topup=0"),
     ([T, "cluster.spare_topup=-1"], CE + "cluster.spare_topup: -1; set it >= 0 (0 turns it off)"),
+    ([T, "cluster.spare_topup_at=-1"], CE + "cluster.spare_topup_at: -1; set it >= 0 (0 asks once no spare is left)"),
+    ([T, "cluster.spare_topup_at=2"],
+     CE + "cluster.spare_topup_at: 2 without top-ups; set cluster.spare_topup to the nodes to ask for, or "
+          "cluster.spare_topup_at=0"),
     ([T, "cluster.replica_ft=true", "cluster.ranks=4", "parallel.dp_replicate=2", "parallel.pp=2", "eval.task_samples=0",
       "data.micro_batch_size=1"],
      CE + "cluster.replica_ft: not with pipeline parallelism yet (parallel.pp=2); set parallel.pp=1 or "

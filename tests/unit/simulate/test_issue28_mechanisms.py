@@ -174,3 +174,15 @@ def test_a_restart_of_the_whole_run_gives_the_lent_nodes_back():
     # Its start is one step of the job's own per group: with the lent nodes gone and no spare of
     # its own, it requeues.
     assert r.restarts["requeue, out of spares"] > 0 and r.restarts.get("spare", 0) == 0
+
+
+def test_asking_before_the_spares_run_out_spares_the_groups_the_wait():
+    """cluster.spare_topup_at: with a spare still left when a top-up is asked for, a group lost
+    meanwhile takes that spare instead of waiting out the queue (an hour here, a failure every 2 h):
+    asked only once none is left, two groups waited out at once, too few trained on, and the whole
+    run restarted and requeued."""
+    s = replace(SMALL, faults=(DOWN,), spares=1, topup_nodes=1, queue_min_s=3600.0, queue_max_s=3600.0)
+    late, early = run(s, TOPUP), run(replace(s, topup_at=1), TOPUP)
+    assert late.paths["whole run: fewer than 3 live groups"] > 0 and late.restarts["requeue, out of spares"] > 0
+    assert not early.restarts and early.paths["spare top-up asked"] > late.paths["spare top-up asked"]
+    assert outcome(early, 0).goodput > outcome(late, 0).goodput

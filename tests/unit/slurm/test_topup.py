@@ -59,3 +59,12 @@ def test_a_step_in_the_lending_job_and_what_its_task_is_told():
     assert RankLaunch.from_env(env) == RankLaunch(join=3, join_rank=5, host_job="41", host_restart=2, replica_group=1,
                                                   replica_heal=True)
     assert RankLaunch.from_env(dict(e.split("=", 1) for e in RankLaunch().exports())).join_rank is None
+
+
+def test_a_top_up_is_wanted_at_the_threshold_with_none_on_its_way_and_none_refused():
+    assert topup.wanted(0, 0, waiting=False, refused=False)
+    assert not topup.wanted(1, 0, waiting=False, refused=False)  # the default: once none is left
+    assert topup.wanted(2, 2, waiting=False, refused=False) and topup.wanted(1, 2, waiting=False, refused=False)
+    assert not topup.wanted(3, 2, waiting=False, refused=False)
+    assert not topup.wanted(0, 2, waiting=True, refused=False)  # one job at a time
+    assert not topup.wanted(0, 2, waiting=False, refused=True)  # Slurm said no since the groups started
