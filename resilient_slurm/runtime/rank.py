@@ -7,6 +7,7 @@ ends with a status that says what next (`exit_codes.ExitCode`), and never lets a
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -78,6 +79,11 @@ def run(
         if outcome.peer_lost is None:
             return outcome
         # A peer is gone and this rank may go on in its own process (a driven step): the driver's word.
+        # First, the torn-down trainer's process groups go: reference cycles (the exception's
+        # frames) hold them, and with them their gloo connections, so a survivor blocked in a
+        # collective with this rank would wait for this process to exit, or for its timeout, and
+        # miss the next generation's meeting. A collection ends them at once (their sockets close).
+        gc.collect()
         context = dict(context or {})
         gen = rejoin.generation() + 1
         path = rejoin.instruction_path(run_dir, str(context.get("job_id")), int(context.get("restart") or 0), gen)

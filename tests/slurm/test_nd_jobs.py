@@ -45,10 +45,11 @@ def test_a_tp_x_hsdp_job_goes_on_on_the_spare_then_requeued_by_slurm_ends_as_it_
     got = events(rdir)
     restart, *again = [e.details for e in got if e.kind is Kind.RESTART_IN_ALLOCATION]
     assert restart.move == "spare" and restart.replaced == [dead], restart
-    # A known race, not fixed: a survivor blocked in a collective with another survivor that left
-    # it at the loss (gloo keeps the pair open while that process lives) may still be blocked when
-    # the next generation meets; the meeting times out, and every process restarts on the same
-    # nodes. Slower; the same training.
+    # A survivor blocked in a collective with another survivor that left it at the loss waited
+    # while the other's torn-down process groups (held by reference cycles) kept their gloo
+    # connections open, and could miss the next generation's meeting; runtime/rank.py now collects
+    # them before waiting for the driver. Should a meeting still time out, every process restarts
+    # on the same nodes: slower, the same training.
     assert all((r.path, r.move) == ("step", "in place") and "DistNetworkError" in r.why for r in again), again
     assert not [e for e in got if e.kind is Kind.REQUEUE]  # Slurm requeued it, the job did not
     attempts = [(e.restart, e.job_step) for e in got if e.kind is Kind.ATTEMPT]
