@@ -42,8 +42,8 @@ class Watchdog:
         self.last_beat = time.monotonic()
         self.started_at = time.time()
         self.answered = 0.0
-        """The hang marker's time this rank dumped its stacks for as a peer: once per hang found, for
-        with replica groups (cluster.replica_ft) a peer rank goes on training after a hang elsewhere."""
+        """The hang marker's time this rank dumped its stacks for as a peer: once per hang found, since
+        with replica groups (cluster.replica_ft) a peer rank trains on after a hang elsewhere."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
 

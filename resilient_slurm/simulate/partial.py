@@ -22,8 +22,9 @@ failures a seed draws do not move when these are switched on or off.
   `sdc`. A restart to before the corruption undoes it.
 - **Spare top-ups** (`Strategy.topup`): whenever `topup_at` usable spares or fewer are left (0:
   none), a job of `topup_nodes` is asked for and its nodes become spares after a queue wait
-  (`queue_min_s`-`queue_max_s`; a new job, so no requeue hold). A group that loses a node meanwhile waits out for them (the others
-  train on short of it) instead of the whole run requeueing. A restart of the whole run gives the
+  (`queue_min_s`-`queue_max_s`; a new job, so no requeue hold). A group that loses a node
+  meanwhile waits out for them (the others train on short of it) instead of the whole run
+  requeueing. A restart of the whole run gives the
   lent nodes back (its start is one step of the job's own per group), as does a requeue.
 - **Stragglers**, on every strategy, at `straggler_gpu_mtbf_h` per GPU: the whole run steps
   `straggler_slowdown` times slower for an exponential `straggler_duration_h`, or, with

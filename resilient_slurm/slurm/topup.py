@@ -4,8 +4,8 @@ grow a running job's allocation; a second job next to it can hold nodes for it, 
 is the one thing that can run across the two, since a group's ranks meet over the network, not
 inside one job step.
 
-`wanted`, `script` and `answer` are pure; `ask`, `look` and `give_back` run sbatch, scontrol and scancel,
-and never raise.
+`wanted`, `script` and `answer` are pure; `ask`, `look` and `give_back` run sbatch, scontrol and
+scancel, and never raise.
 """
 
 from __future__ import annotations
