@@ -67,10 +67,11 @@ class ClusterConfig:
     """With replica_ft in a Slurm job: whenever spare_topup_at usable spares or fewer are left (by
     default none), the job's driver asks Slurm for this many more in a job of their own (the same
     partition, account, QOS and constraint, the job's own nodes and spares excluded, the time the
-    job has left). Once that job runs, its nodes are spares: a lost replica group starts there as a step of
-    that job, heals from a live group and joins, and a group that stayed out for want of a spare
-    joins at once. So the run holds few spares and does not requeue when they run out. A restart
-    of every group gives them back (the job is cancelled), and so does the end of the run. 0: off."""
+    job has left). Once that job runs, its nodes are spares: a lost replica group starts there as a
+    step of that job, heals from a live group and joins, and a group that stayed out for want of a
+    spare joins at once. So the run holds few spares and does not requeue when they run out. A
+    restart of every group gives them back (the job is cancelled), and so does the end of the run.
+    0: off."""
     spare_topup_at: int = 0
     """With spare_topup: the usable spares left at which the driver asks for more. 0 asks once none
     is left; with a long queue, ask earlier, at about the nodes the run loses while a job waits
