@@ -16,6 +16,8 @@ A rank is hung (`silent_ranks`) when it makes no progress
   between beats (a large model's long micro-batches), or the allowance of its phase. Before its
   first beat a rank gets the start allowance, counted from when the monitor started the step, and
   so it does until its typical gap is known (its first few beats).
+A rank that waited for a replica group the driver has just replaced (`RankState.waited_at`) is
+silent only from then: that group held its collective or quorum until it was gone.
 
 Whom the others wait for (`wavefront`): every beat carries each process group's sequence number,
 the count of collectives the rank issued on it. Ranks blocked in collective N of a group report N;
@@ -104,6 +106,9 @@ class RankState:
     """Its newest beat of any kind: where its collectives are."""
     gaps: list[float] = field(default_factory=list)
     exited: bool = False
+    waited_at: float = 0.0
+    """When a replica group it waited for was replaced (the driver's word): it could not progress
+    while that group held its collective or quorum, so its silence counts from then at the latest."""
 
     def receive(self, beat: Beat, now: float) -> None:
         self.newest = beat
@@ -152,7 +157,7 @@ def silent_ranks(states: Mapping[int, RankState], ranks: Iterable[int], now: flo
             if now - started_at > limit:
                 out.append(Silence(rank, now - started_at, None, "start", limit, alive))
             continue
-        quiet = now - s.last_at
+        quiet = now - max(s.last_at, s.waited_at)
         limit = max(limits.timeout_s, s.last.allow_s, _own_limit(s, limits))
         watched = s.last.allow_s <= 0 or s.last.phase in WAITS
         if quiet > limit or (watched and not alive and quiet > limits.alive_s):

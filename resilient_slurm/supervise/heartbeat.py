@@ -71,6 +71,15 @@ class HeartbeatMonitor:
                 self._states.pop(r, None)
                 self._started[r] = time.monotonic()
 
+    def waited(self, ranks: Iterable[int]) -> None:
+        """These ranks waited for a replica group that was just replaced: their silence counts from
+        now (`RankState.waited_at`), not from their last beat before that group stopped."""
+        now = time.monotonic()
+        with self._lock:
+            for r in ranks:
+                if r in self._states:
+                    self._states[r].waited_at = now
+
     def silent(self, ranks: Iterable[int]) -> list[Silence]:
         with self._lock:
             states, started = dict(self._states), dict(self._started)

@@ -343,6 +343,11 @@ class ReplicaDriver:
         job = self.job
         lost = [r.node for r in g.gen.reports if not r.exited] + list(out)
         self._kill(g)
+        if self.monitor is not None:
+            # The others may have waited for g in a collective or the quorum since before its
+            # failure was found; they go on once it is gone, and are not hung for that wait.
+            size = len(g.nodes) * self.per_node
+            self.monitor.waited(r for r in range(self.groups_n * size) if r // size != g.index)
         placed = placement.replace_group(self.alloc, g.nodes, lost)
         if placed is None:
             g.out = True

@@ -71,6 +71,19 @@ def test_silent_ranks(states, now, expected):
         assert s.silent_s > s.limit_s and str(s.rank) in s.describe()
 
 
+def test_a_rank_that_waited_for_a_replaced_group_is_silent_only_from_the_replacement():
+    """Group 1's rank stopped; group 0's rank waited for it in the cross-group reduction since its
+    last beat at 100. The driver replaced group 1 at 105: group 0's rank is not hung at 107 for
+    the wait, only if it stays silent past the timeout from 105."""
+    survivor = steady(0, 100.0, alive_at=106.9)
+    assert [s.rank for s in silent_ranks({0: survivor}, [0], 107.0, 0.0, LIMITS)] == [0]
+    survivor.waited_at = 105.0
+    assert silent_ranks({0: survivor}, [0], 107.0, 0.0, LIMITS) == []
+    survivor.receive(Beat(0, -1, ALIVE, 0.0), 110.9)
+    (late,) = silent_ranks({0: survivor}, [0], 111.1, 0.0, LIMITS)
+    assert late.rank == 0 and 6.0 < late.silent_s < 6.2 and late.alive
+
+
 def test_a_zero_timeout_turns_heartbeats_off():
     off = Limits(0.0, 10.0, 3.0, 600.0)
     assert silent_ranks({}, [0, 1], 10_000.0, 0.0, off) == []
