@@ -24,8 +24,8 @@ failures a seed draws do not move when these are switched on or off.
   none), a job of `topup_nodes` is asked for and its nodes become spares after a queue wait
   (`queue_min_s`-`queue_max_s`; a new job, so no requeue hold). A group that loses a node
   meanwhile waits out for them (the others train on short of it) instead of the whole run
-  requeueing. A restart of the whole run gives the
-  lent nodes back (its start is one step of the job's own per group), as does a requeue.
+  requeueing. A restart of the whole run gives the lent nodes back (its start is one step of the
+  job's own per group), as does a requeue.
 - **Stragglers**, on every strategy, at `straggler_gpu_mtbf_h` per GPU: the whole run steps
   `straggler_slowdown` times slower for an exponential `straggler_duration_h`, or, with
   `Strategy.stragglers`, until `straggler_detect_s`, when the slow node's group leaves and heals on
@@ -203,7 +203,7 @@ class Partial(Saving):
             if placed.move is not placement.Move.SPARE or not placed.added:
                 break  # more groups wait than the job brought: the next top-up
             del self.waiting[group]
-            self._take_spare(placed, node, leaves)  # and a top-up is asked for once none is left
+            self._take_spare(placed, node, leaves)  # which asks for the next top-up at `topup_at`
             self.groups_out[group] = self._joins_at(restart)
 
     def _give_back(self) -> set[str]:
